@@ -1,0 +1,193 @@
+# Pure logic of the llama.cpp router module, written with builtins only so that the
+# tests can evaluate it without nixpkgs:
+#
+#   nix-instantiate --eval --strict --json -E \
+#     'let p = import ./modules/lib/presets-ini.nix; in p.render { "*" = { c = 8192; }; m = { model = "/m.gguf"; }; }'
+#
+# The INI dialect is the one llama-server's `--models-preset` parses (common/preset.cpp,
+# "Model presets" in tools/server/README.md):
+#   - a section header is `[name]`; the name may hold any character except `]` and a line
+#     break, and surrounding blanks are stripped;
+#   - a key matches [a-zA-Z_][a-zA-Z0-9_.-]* and is a llama-server argument without its
+#     leading dashes (`ctx-size`), its short form (`c`) or its environment variable;
+#   - a value runs to the end of the line, stops at the first `;` or `#` (a comment), and
+#     loses leading and trailing blanks; there is no quoting or escaping;
+#   - `[*]` holds global settings that every preset inherits; a top-level `version = 1` is
+#     reserved and skipped.
+# A value the parser would silently cut or change is refused here, with the preset and the
+# key in the message, instead of being rendered into a file that means something else.
+let
+  inherit (builtins)
+    attrNames
+    concatMap
+    concatStringsSep
+    filter
+    isAttrs
+    isBool
+    isFloat
+    isInt
+    isList
+    isPath
+    isString
+    length
+    match
+    replaceStrings
+    toJSON
+    toString
+    typeOf
+    ;
+
+  globalSection = "*";
+
+  # `*` first, then the presets in attribute (lexicographic) order.
+  sectionNames = presets:
+    let names = attrNames presets;
+    in (if presets ? ${globalSection} then [ globalSection ] else [ ])
+      ++ filter (n: n != globalSection) names;
+
+  where = preset: key:
+    if key == null then "preset \"${preset}\""
+    else "preset \"${preset}\", key \"${key}\"";
+
+  hasLineBreak = s: match ".*[\n\r].*" s != null;
+
+  showValue = v: if isString v then toJSON v else typeOf v;
+
+  nameErrors = preset:
+    let at = where preset null;
+    in
+    (if preset == "" then [ "${at}: the name is empty" ] else [ ])
+    ++ (if hasLineBreak preset then [ "${at}: the name contains a line break" ] else [ ])
+    ++ (if match ".*].*" preset != null then [ "${at}: the name contains `]`, which ends an INI section header" ] else [ ])
+    ++ (if preset != "" && match "[ \t].*|.*[ \t]" preset != null
+        then [ "${at}: the name starts or ends with a blank, which llama-server strips" ] else [ ]);
+
+  keyErrors = preset: key:
+    if match "[a-zA-Z_][a-zA-Z0-9_.-]*" key != null then [ ]
+    else [ "${where preset key}: the key is not a valid INI key (it must match [a-zA-Z_][a-zA-Z0-9_.-]*; write llama-server arguments without their leading dashes)" ];
+
+  valueErrors = preset: key: value:
+    let at = where preset key;
+    in
+    if value == null then [ ]
+    else if isBool value || isInt value || isFloat value || isPath value then [ ]
+    else if isString value then
+      (if hasLineBreak value then [ "${at}: the value contains a line break" ] else [ ])
+      ++ (if match ".*[;#].*" value != null
+          then [ "${at}: the value contains `;` or `#`, which start an INI comment; llama-server would cut the value there" ] else [ ])
+      ++ (if value == "" then [ "${at}: the value is empty; use null to leave the key out" ] else [ ])
+      ++ (if value != "" && match "[ \t].*|.*[ \t]" value != null
+          then [ "${at}: the value starts or ends with a blank, which llama-server strips" ] else [ ])
+    else [ "${at}: unsupported value type ${typeOf value} (${showValue value}); use a string, an integer, a float, a boolean, a path or null" ];
+
+  sectionErrors = presets: preset:
+    let section = presets.${preset};
+    in
+    nameErrors preset
+    ++ (if isAttrs section
+        then concatMap (key: keyErrors preset key ++ valueErrors preset key section.${key}) (attrNames section)
+        else [ "${where preset null}: a preset must be an attribute set of keys, not a ${typeOf section}" ]);
+
+  # Every problem with the preset data, as a list of messages (empty when it is fine).
+  errors = presets:
+    if !(isAttrs presets) then [ "presets: expected an attribute set of presets, got a ${typeOf presets}" ]
+    else concatMap (sectionErrors presets) (sectionNames presets);
+
+  renderValue = v:
+    if isBool v then (if v then "true" else "false")
+    else toString v;
+
+  renderSection = presets: preset:
+    let
+      section = presets.${preset};
+      keys = filter (k: section.${k} != null) (attrNames section);
+    in
+    "[${preset}]\n"
+    + concatStringsSep "" (map (k: "${k} = ${renderValue section.${k}}\n") keys);
+
+  # The INI text, or an evaluation error listing every problem.
+  render = presets:
+    let errs = errors presets;
+    in
+    if errs != [ ] then
+      throw ("llama-cpp presets: invalid preset data:\n  " + concatStringsSep "\n  " errs)
+    else
+      "; llama.cpp router presets, generated by the llm-bench NixOS module; do not edit.\n"
+      + "version = 1\n"
+      + concatStringsSep "" (map (p: "\n" + renderSection presets p) (sectionNames presets));
+
+  # The names the router will list (every section but `*`).
+  presetNames = presets: filter (n: n != globalSection) (attrNames presets);
+
+  # A model source is a Hugging Face repository with an optional quant tag
+  # ("owner/repo:Q4_K_M", downloaded into LLAMA_CACHE on first load) or an absolute
+  # path to a GGUF file.
+  isLocalSource = source: isPath source || match "/.*" (toString source) != null;
+
+  modelSource = source:
+    if isLocalSource source then { model = toString source; } else { hf-repo = source; };
+
+  draftSource = source:
+    if isLocalSource source then { spec-draft-model = toString source; } else { spec-draft-hf = source; };
+
+  # systemd ExecStart quoting: each argument in double quotes, `\` and `"` escaped, and
+  # `%` and `$` doubled so systemd expands neither specifiers nor variables.
+  escapeSystemdArg = arg:
+    replaceStrings [ "%" "$" ] [ "%%" "$$" ] (toJSON (toString arg));
+
+  escapeSystemdArgs = args: concatStringsSep " " (map escapeSystemdArg args);
+
+  # The router's command line (without the binary).
+  routerArgs =
+    { presetsFile
+    , host
+    , port
+    , modelsMax
+    , sleepIdleSeconds
+    , extraFlags ? [ ]
+    }:
+    [ "--models-preset" (toString presetsFile)
+      "--host" host
+      "--port" (toString port)
+      "--models-max" (toString modelsMax)
+      "--sleep-idle-seconds" (toString sleepIdleSeconds)
+    ] ++ extraFlags;
+
+  # The marker written to /etc/llama-cpp/active.json (format documented in docs/nixos.md).
+  markerFormat = "llm-bench-llama-cpp-active/1";
+
+  marker =
+    { specialisation
+    , packageName
+    , packageVersion
+    , packagePath
+    , presets
+    , presetsFile
+    , url
+    }:
+    {
+      format = markerFormat;
+      inherit specialisation;
+      package = { name = packageName; version = packageVersion; path = packagePath; };
+      presets = presetNames presets;
+      presets_file = presetsFile;
+      inherit url;
+    };
+in
+{
+  inherit
+    globalSection
+    errors
+    render
+    renderValue
+    presetNames
+    isLocalSource
+    modelSource
+    draftSource
+    escapeSystemdArg
+    escapeSystemdArgs
+    routerArgs
+    markerFormat
+    marker
+    ;
+}
