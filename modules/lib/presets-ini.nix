@@ -137,21 +137,25 @@ let
 
   escapeSystemdArgs = args: concatStringsSep " " (map escapeSystemdArg args);
 
-  # The router's command line (without the binary).
-  routerArgs =
-    { presetsFile
-    , host
+  # llama-server's command line (without the binary): a router of presets when
+  # `presetsFile` or `modelsDir` is given, a single-model server when `model` is.
+  serverArgs =
+    { host
     , port
-    , modelsMax
-    , sleepIdleSeconds
+    , model ? null
+    , modelsDir ? null
+    , presetsFile ? null
+    , modelsMax ? null
+    , sleepIdleSeconds ? null
     , extraFlags ? [ ]
     }:
-    [ "--models-preset" (toString presetsFile)
-      "--host" host
-      "--port" (toString port)
-      "--models-max" (toString modelsMax)
-      "--sleep-idle-seconds" (toString sleepIdleSeconds)
-    ] ++ extraFlags;
+    [ "--host" host "--port" (toString port) ]
+    ++ (if model != null then [ "--model" (toString model) ] else [ ])
+    ++ (if modelsDir != null then [ "--models-dir" (toString modelsDir) ] else [ ])
+    ++ (if presetsFile != null then [ "--models-preset" (toString presetsFile) ] else [ ])
+    ++ (if modelsMax != null then [ "--models-max" (toString modelsMax) ] else [ ])
+    ++ (if sleepIdleSeconds != null then [ "--sleep-idle-seconds" (toString sleepIdleSeconds) ] else [ ])
+    ++ extraFlags;
 
   # The marker written to /etc/llama-cpp/active.json (format documented in docs/nixos.md).
   markerFormat = "llm-bench-llama-cpp-active/1";
@@ -186,7 +190,7 @@ in
     draftSource
     escapeSystemdArg
     escapeSystemdArgs
-    routerArgs
+    serverArgs
     markerFormat
     marker
     ;

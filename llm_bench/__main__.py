@@ -1,0 +1,3 @@
+from llm_bench.cli import main
+
+main()

@@ -1,0 +1,67 @@
+"""The report's figure: one horizontal bar per configuration, fastest at the top."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from llm_bench.report import Row, sort_fastest_first, speedup
+
+SUPPORTED = (".png", ".svg")
+
+
+class ChartError(ValueError):
+    pass
+
+
+def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, title: str | None = None) -> Path:
+    if path.suffix.lower() not in SUPPORTED:
+        raise ChartError(f"chart file {path} must end in .png or .svg")
+    measured = [r for r in sort_fastest_first(rows) if r.decode_tps is not None]
+    if not measured:
+        raise ChartError("no configuration has a decode rate to draw; every alias failed")
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    height = max(2.5, 0.55 * len(measured) + 1.4)
+    fig, ax = plt.subplots(figsize=(10, height))
+    positions = list(range(len(measured)))[::-1]  # fastest at the top
+    values = [r.decode_tps for r in measured]
+    colours = ["#2b6cb0" if r.record.comparable and not r.record.errors else "#a0aec0" for r in measured]
+    bars = ax.barh(positions, values, color=colours, height=0.7)
+    for r, pos in zip(measured, positions):
+        s = r.record.summary("decode_tps")
+        if s is not None and s.max > s.min:
+            ax.errorbar(s.median, pos, xerr=[[s.median - s.min], [s.max - s.median]],
+                        fmt="none", ecolor="#1a202c", capsize=3, linewidth=1)
+    ax.set_yticks(positions, [r.configuration for r in measured])
+    ax.set_xlabel("decode tokens/s (median; whiskers: min-max)")
+    top = max(values)
+    ax.set_xlim(0, top * 1.3)
+
+    for bar, r in zip(bars, measured):
+        text = f"{r.decode_tps:.1f} t/s"
+        if baseline is not None:
+            ratio = speedup(r, baseline)
+            if ratio is not None:
+                text += f"  ({ratio:.2f}x)"
+        if not r.record.comparable:
+            text += "  not comparable"
+        ax.text(bar.get_width() + top * 0.01, bar.get_y() + bar.get_height() / 2, text,
+                va="center", ha="left", fontsize=9)
+
+    if baseline is not None and baseline.decode_tps:
+        ax.axvline(baseline.decode_tps, color="#c53030", linestyle="--", linewidth=1.2,
+                   label=f"baseline: {baseline.configuration} ({baseline.decode_tps:.1f} t/s)")
+        ax.legend(loc="lower right", fontsize=9)
+
+    ax.set_title(title or "Decode speed by configuration (faster is better)")
+    ax.spines[["top", "right"]].set_visible(False)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=150 if path.suffix.lower() == ".png" else None)
+    plt.close(fig)
+    return path

@@ -1,0 +1,126 @@
+"""The ``llm-bench`` command line: a thin layer that turns flags into plans and errors into exit codes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import click
+
+from llm_bench import __version__
+from llm_bench.chart import ChartError, draw_chart
+from llm_bench.client import ServerError
+from llm_bench.plan import Plan, PlanError, Protocol, load_plan_file, plan_from_mapping, protocol_from_mapping
+from llm_bench.protocol import RunAborted, run_plan
+from llm_bench.report import find_baseline, load_rows, markdown_table
+from llm_bench.results import ResultsFileError
+
+MIB_PER_GIB = 1024.0
+
+
+def log(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def protocol_options(f):
+    """Flags shared by every command that measures; None means 'not given, keep the plan's value'."""
+    options = [
+        click.option("--runs", type=int, help="Measured runs per alias (default 3)."),
+        click.option("--max-tokens", type=int, help="Output tokens per request, generated to the end (default 512)."),
+        click.option("--temperature", type=float, help="Sampling temperature (default 1.0)."),
+        click.option("--seed", type=int, help="Sampling seed (default 42)."),
+        click.option("--prompt", "prompt_name", help="Shipped prompt: coding (default), prose or json."),
+        click.option("--prompt-file", type=click.Path(dir_okay=False, path_type=Path),
+                     help="Use this file's text as the prompt."),
+        click.option("--unload/--no-unload", "unload_after", default=None,
+                     help="Unload each alias after measuring it (default: unload)."),
+        click.option("--vram-threshold-gib", type=float,
+                     help="VRAM in use before a load above this marks the alias not comparable (default 2)."),
+        click.option("--strict", is_flag=True, default=None, help="Refuse to measure an alias that is not comparable."),
+        click.option("--timeout", "request_timeout_s", type=float, help="Seconds before a request counts as failed."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def apply_protocol_flags(protocol: Protocol, flags: dict[str, Any]) -> Protocol:
+    given = {k: v for k, v in flags.items() if v is not None}
+    if "vram_threshold_gib" in given:
+        given["vram_threshold_mib"] = given.pop("vram_threshold_gib") * MIB_PER_GIB
+    prompt_file = given.pop("prompt_file", None)
+    protocol = protocol_from_mapping(given, base=protocol, where="command line")
+    if prompt_file is not None:
+        protocol = protocol_from_mapping({"prompt_file": str(prompt_file)}, base=protocol, where="--prompt-file")
+    return protocol
+
+
+@click.group()
+@click.version_option(__version__, prog_name="llm-bench")
+def main() -> None:
+    """Benchmark llama.cpp router presets (and other engines) with one fixed protocol."""
+
+
+@main.command()
+@click.option("--url", help="Router URL (default http://127.0.0.1:48123).")
+@click.option("--plan", "plan_file", type=click.Path(dir_okay=False, path_type=Path), help="TOML plan file.")
+@click.option("--alias", "aliases", multiple=True, help="Preset to measure; repeat for several (default: all).")
+@click.option("--label", help="Free-form label stored with the results, e.g. the engine or specialisation.")
+@click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), help="Folder for results files.")
+@protocol_options
+def run(url, plan_file, aliases, label, output_dir, **flags) -> None:
+    """Measure presets of a llama.cpp router and write a new results file."""
+    try:
+        plan = plan_from_mapping(load_plan_file(plan_file), relative_to=plan_file.parent) if plan_file else Plan()
+        plan = replace(
+            plan,
+            url=url or plan.url,
+            aliases=tuple(aliases) or plan.aliases,
+            label=label if label is not None else plan.label,
+            output_dir=output_dir or plan.output_dir,
+            protocol=apply_protocol_flags(plan.protocol, flags),
+        )
+        writer = run_plan(plan, log)
+    except (PlanError, RunAborted, ServerError) as e:
+        raise click.ClickException(str(e)) from e
+    log(f"Results written to {writer.path}")
+    rows = load_rows([writer.path])
+    click.echo(markdown_table(rows))
+    if any(r.record.errors for r in rows):
+        raise click.ClickException(f"some aliases failed; see the errors column and {writer.path}")
+
+
+@main.command()
+@click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--baseline", help="Configuration (alias or 'label / alias') to compare the others with.")
+@click.option("--chart", "chart_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also draw the bar chart to this .png or .svg file.")
+@click.option("--title", help="Chart title.")
+def report(results, baseline, chart_path, title) -> None:
+    """Merge results files and print the comparison table (Markdown)."""
+    try:
+        rows = load_rows(list(results))
+        base = find_baseline(rows, baseline)
+        click.echo(markdown_table(rows, base), nl=False)
+        if chart_path:
+            draw_chart(rows, chart_path, base, title)
+            log(f"Chart written to {chart_path}")
+    except (ResultsFileError, ChartError, ValueError) as e:
+        raise click.ClickException(str(e)) from e
+
+
+@main.command()
+@click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("llm-bench-demo"),
+              show_default=True, help="Folder for the models, results, table and chart.")
+@protocol_options
+def demo(output_dir, **flags) -> None:
+    """Build or find a CPU llama-server, serve tiny models and run the full protocol on them."""
+    from llm_bench.demo import run_demo
+
+    try:
+        out = run_demo(output_dir, apply_protocol_flags(Protocol(), flags), log)
+    except (PlanError, RunAborted, ServerError) as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(out.table.read_text())
+    log(f"Results: {out.results}\nTable:   {out.table}\nChart:   {out.chart}")

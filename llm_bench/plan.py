@@ -1,0 +1,127 @@
+"""What to measure and how: the protocol parameters and the plan file that carries them.
+
+Defaults are the reference report's protocol. A TOML plan file gives the same keys as the
+command-line flags; a flag given on the command line wins over the plan.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PROMPT = "coding"
+DEFAULT_URL = "http://127.0.0.1:48123"
+
+
+class PlanError(ValueError):
+    pass
+
+
+def shipped_prompt(name: str) -> str:
+    path = resources.files("llm_bench") / "prompts" / f"{name}.txt"
+    if not path.is_file():
+        available = sorted(p.name.removesuffix(".txt") for p in (resources.files("llm_bench") / "prompts").iterdir()
+                           if p.name.endswith(".txt"))
+        raise PlanError(f"no shipped prompt named {name!r}; choose one of {', '.join(available)} or give a prompt file")
+    return path.read_text()
+
+
+@dataclass(frozen=True)
+class Protocol:
+    prompt_name: str = DEFAULT_PROMPT
+    prompt: str = ""
+    max_tokens: int = 512
+    runs: int = 3
+    temperature: float = 1.0
+    seed: int = 42
+    unload_after: bool = True
+    vram_threshold_mib: float = 2048.0
+    strict: bool = False
+    request_timeout_s: float = 600.0
+    load_timeout_s: float = 900.0
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 2:
+            raise PlanError(f"max_tokens must be at least 2 to measure decode speed, not {self.max_tokens}")
+        if self.runs < 1:
+            raise PlanError(f"runs must be at least 1, not {self.runs}")
+        if self.vram_threshold_mib < 0:
+            raise PlanError("vram threshold must not be negative")
+
+    def with_prompt(self) -> Protocol:
+        return self if self.prompt else replace(self, prompt=shipped_prompt(self.prompt_name))
+
+    def to_toml(self) -> dict[str, Any]:
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values["prompt_chars"] = len(values.pop("prompt"))
+        return values
+
+
+@dataclass(frozen=True)
+class Plan:
+    url: str = DEFAULT_URL
+    aliases: tuple[str, ...] = ()  # empty: every preset the router lists
+    label: str = ""
+    output_dir: Path = Path("results")
+    protocol: Protocol = Protocol()
+
+
+PROTOCOL_KEYS = {f.name for f in fields(Protocol)} - {"prompt"}
+PLAN_KEYS = {"url", "aliases", "label", "output_dir", "protocol"}
+
+
+def _check_keys(where: str, given: dict[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(given) - allowed)
+    if unknown:
+        raise PlanError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+
+
+def protocol_from_mapping(data: dict[str, Any], base: Protocol = Protocol(), where: str = "[protocol]",
+                          relative_to: Path | None = None) -> Protocol:
+    data = dict(data)
+    prompt_file = data.pop("prompt_file", None)
+    _check_keys(where, data, PROTOCOL_KEYS)
+    try:
+        protocol = replace(base, **data)
+    except TypeError as e:
+        raise PlanError(f"{where}: {e}") from e
+    if prompt_file:
+        path = Path(prompt_file)
+        if relative_to is not None and not path.is_absolute():
+            path = relative_to / path
+        try:
+            protocol = replace(protocol, prompt=path.read_text(), prompt_name=path.name)
+        except OSError as e:
+            raise PlanError(f"{where}: cannot read prompt_file {path}: {e}") from e
+    return protocol
+
+
+def load_plan_file(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError as e:
+        raise PlanError(f"plan file {path} does not exist") from e
+    except tomllib.TOMLDecodeError as e:
+        raise PlanError(f"plan file {path} is not valid TOML: {e}") from e
+
+
+def plan_from_mapping(data: dict[str, Any], *, relative_to: Path | None = None,
+                      allowed: set[str] = PLAN_KEYS) -> Plan:
+    _check_keys("plan", data, allowed)
+    protocol = protocol_from_mapping(data.get("protocol", {}), relative_to=relative_to)
+    aliases = data.get("aliases", ())
+    if isinstance(aliases, str) or not all(isinstance(a, str) for a in aliases):
+        raise PlanError("plan: aliases must be a list of preset names")
+    output_dir = Path(data.get("output_dir", "results"))
+    if relative_to is not None and not output_dir.is_absolute():
+        output_dir = relative_to / output_dir
+    return Plan(
+        url=str(data.get("url", DEFAULT_URL)),
+        aliases=tuple(aliases),
+        label=str(data.get("label", "")),
+        output_dir=output_dir,
+        protocol=protocol,
+    )

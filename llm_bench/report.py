@@ -1,0 +1,162 @@
+"""Merge results files into comparison rows and print them as the report's Markdown table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from llm_bench.results import AliasRecord, ResultSet, load_results
+
+# Long and short spellings llama-server accepts for the preset facts the table shows.
+ARG_NAMES = {
+    "ctx": ("--ctx-size", "-c"),
+    "cache_k": ("--cache-type-k", "-ctk"),
+    "cache_v": ("--cache-type-v", "-ctv"),
+    "spec_type": ("--spec-type",),
+    "draft_max": ("--spec-draft-n-max",),
+    "model_draft": ("--spec-draft-model", "--model-draft", "-md"),
+}
+
+
+def parse_args(args: Sequence[str]) -> dict[str, str]:
+    """Flag -> value for a llama-server argument list; bare flags map to ''."""
+    parsed: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if token.startswith("-"):
+            value = ""
+            if i + 1 < len(args) and not _is_flag(args[i + 1]):
+                value = args[i + 1]
+                i += 1
+            parsed[token] = value
+        i += 1
+    return parsed
+
+
+def _is_flag(token: str) -> bool:
+    return token.startswith("-") and not token.lstrip("-").replace(".", "", 1).isdigit()
+
+
+def preset_facts(args: Sequence[str]) -> dict[str, str]:
+    parsed = parse_args(args)
+    facts = {}
+    for fact, names in ARG_NAMES.items():
+        for name in names:
+            if name in parsed:
+                facts[fact] = parsed[name]
+                break
+    return facts
+
+
+def describe_preset(args: Sequence[str]) -> str:
+    facts = preset_facts(args)
+    parts = []
+    if "cache_k" in facts or "cache_v" in facts:
+        parts.append(f"KV {facts.get('cache_k', 'f16')}/{facts.get('cache_v', 'f16')}")
+    spec = facts.get("spec_type")
+    if spec and spec != "none":
+        depth = f" n={facts['draft_max']}" if "draft_max" in facts else ""
+        parts.append(f"spec {spec}{depth}")
+    elif "model_draft" in facts:
+        parts.append("draft model")
+    return ", ".join(parts) or "-"
+
+
+@dataclass(frozen=True)
+class Row:
+    configuration: str
+    record: AliasRecord
+    label: str
+    engine: str
+
+    @property
+    def decode_tps(self) -> float | None:
+        s = self.record.summary("decode_tps") or self.record.summary("client_decode_tps")
+        return None if s is None else s.median
+
+
+def load_rows(paths: Sequence[Path]) -> list[Row]:
+    sets = [load_results(p) for p in paths]
+    labels = {s.meta.get("label", "") for s in sets}
+    return rows_from_sets(sets, qualify=len(labels) > 1)
+
+
+def rows_from_sets(sets: Sequence[ResultSet], qualify: bool) -> list[Row]:
+    """One row per configuration; a later measurement of the same configuration replaces an earlier one."""
+    rows: dict[str, Row] = {}
+    for result_set in sets:
+        for record in result_set.aliases:
+            label = record.target or result_set.meta.get("label", "")
+            name = f"{label} / {record.alias}" if qualify and label else record.alias
+            rows[name] = Row(name, record, label, record.engine or result_set.meta.get("engine", ""))
+    return list(rows.values())
+
+
+def sort_fastest_first(rows: Sequence[Row]) -> list[Row]:
+    return sorted(rows, key=lambda r: (r.decode_tps is None, -(r.decode_tps or 0.0)))
+
+
+def find_baseline(rows: Sequence[Row], baseline: str | None) -> Row | None:
+    if baseline is None:
+        return None
+    for row in rows:
+        if baseline in (row.configuration, row.record.alias):
+            return row
+    names = ", ".join(r.configuration for r in rows)
+    raise ValueError(f"baseline {baseline!r} is not among the configurations: {names}")
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def context_of(record: AliasRecord) -> str:
+    return preset_facts(record.preset_args).get("ctx", "-")
+
+
+def markdown_table(rows: Sequence[Row], baseline: Row | None = None) -> str:
+    header = ["Configuration", "Decode t/s", "min-max", "Client t/s", "Draft accept", "TTFT ms",
+              "Cold load s", "Context", "Preset", "Notes"]
+    if baseline is not None:
+        header.insert(2, f"vs {baseline.configuration}")
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for row in sort_fastest_first(rows):
+        r = row.record
+        decode = r.summary("decode_tps")
+        client = r.summary("client_decode_tps")
+        ttft = r.summary("ttft_ms")
+        accept = r.draft_acceptance
+        notes = []
+        if r.errors:
+            notes.append("FAILED: " + "; ".join(r.errors))
+        if not r.comparable:
+            notes.append(f"not comparable: {r.not_comparable_reason}")
+        cells = [
+            row.configuration,
+            _num(row.decode_tps),
+            "-" if decode is None else f"{decode.min:.1f}-{decode.max:.1f}",
+            _num(client.median if client else None),
+            "-" if accept is None else f"{accept:.1%}",
+            _num(ttft.median if ttft else None, 0),
+            _num(r.cold_load_s, 2),
+            context_of(r),
+            describe_preset(r.preset_args),
+            " ".join(notes).replace("|", "\\|").replace("\n", " "),
+        ]
+        if baseline is not None:
+            cells.insert(2, speedup_text(row, baseline))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def speedup(row: Row, baseline: Row) -> float | None:
+    if row.decode_tps is None or not baseline.decode_tps:
+        return None
+    return row.decode_tps / baseline.decode_tps
+
+
+def speedup_text(row: Row, baseline: Row) -> str:
+    value = speedup(row, baseline)
+    return "-" if value is None else f"{value:.2f}x"

@@ -1,0 +1,185 @@
+"""Results records and the TOML results file.
+
+A results file is created when a run starts (never replacing an earlier one) and rewritten
+atomically after every alias, so an interrupted run keeps everything measured before it.
+TOML has no null: a figure that does not exist is left out, never written as 0.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tomllib
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+FORMAT = "llm-bench/1"
+
+
+@dataclass
+class RunRecord:
+    """One measured request."""
+
+    ttft_ms: float | None = None
+    decode_tps: float | None = None
+    client_decode_tps: float | None = None
+    prompt_tps: float | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    token_chunks: int | None = None
+    finish_reason: str | None = None
+    draft_n: int | None = None
+    draft_n_accepted: int | None = None
+    wall_s: float | None = None
+
+
+@dataclass
+class Summary:
+    median: float
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, values: list[float | None]) -> Summary | None:
+        present = [v for v in values if v is not None]
+        if not present:
+            return None
+        return cls(statistics.median(present), min(present), max(present))
+
+
+@dataclass
+class AliasRecord:
+    alias: str
+    target: str = ""
+    engine: str = "llama-cpp"
+    comparable: bool = True
+    not_comparable_reason: str | None = None
+    vram_used_mib_before: list[float] | None = None
+    vram_unavailable: str | None = None
+    preset_args: list[str] = field(default_factory=list)
+    server_build: str | None = None
+    cold_load_s: float | None = None
+    load_transitions: list[str] = field(default_factory=list)
+    runs: list[RunRecord] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    unloaded_after: bool | None = None
+
+    def summary(self, metric: str) -> Summary | None:
+        return Summary.of([getattr(run, metric) for run in self.runs])
+
+    @property
+    def draft_acceptance(self) -> float | None:
+        drafted = sum(r.draft_n or 0 for r in self.runs)
+        accepted = sum(r.draft_n_accepted or 0 for r in self.runs)
+        return accepted / drafted if drafted else None
+
+    def to_toml(self) -> dict[str, Any]:
+        record: dict[str, Any] = {"alias": self.alias, "target": self.target, "engine": self.engine}
+        for metric, key in (("decode_tps", "decode_tps"), ("client_decode_tps", "client_decode_tps"),
+                            ("ttft_ms", "ttft_ms"), ("prompt_tps", "prompt_tps")):
+            s = self.summary(metric)
+            if s is not None:
+                record[f"{key}_median"] = s.median
+                record[f"{key}_min"] = s.min
+                record[f"{key}_max"] = s.max
+        if self.draft_acceptance is not None:
+            record["draft_acceptance"] = self.draft_acceptance
+            record["draft_n"] = sum(r.draft_n or 0 for r in self.runs)
+            record["draft_n_accepted"] = sum(r.draft_n_accepted or 0 for r in self.runs)
+        if self.cold_load_s is not None:
+            record["cold_load_s"] = self.cold_load_s
+        for key in ("prompt_tokens", "output_tokens"):
+            s = self.summary(key)
+            if s is not None:
+                record[key] = int(s.median)
+        record["comparable"] = self.comparable
+        rest = asdict(self)
+        for key in ("alias", "target", "engine", "comparable", "runs"):
+            rest.pop(key)
+        record.update(_drop_none(rest))
+        record["runs"] = [_drop_none(asdict(run)) for run in self.runs]
+        return record
+
+    @classmethod
+    def from_toml(cls, data: dict[str, Any]) -> AliasRecord:
+        names = {f for f in cls.__dataclass_fields__}
+        fields = {k: v for k, v in data.items() if k in names and k != "runs"}
+        run_names = RunRecord.__dataclass_fields__
+        runs = [RunRecord(**{k: v for k, v in r.items() if k in run_names}) for r in data.get("runs", [])]
+        return cls(**fields, runs=runs)
+
+
+def _drop_none(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if v is not None}
+
+
+@dataclass
+class ResultSet:
+    """Everything one invocation measured, with where it came from."""
+
+    meta: dict[str, Any]
+    aliases: list[AliasRecord] = field(default_factory=list)
+
+    def to_toml(self) -> dict[str, Any]:
+        return {"meta": _drop_none(self.meta), "aliases": [a.to_toml() for a in self.aliases]}
+
+
+class ResultsWriter:
+    """Owns one results file: reserved at start, rewritten after each alias."""
+
+    def __init__(self, output_dir: Path, result_set: ResultSet, stem: str):
+        output_dir.mkdir(parents=True, exist_ok=True)
+        self.result_set = result_set
+        self.path = self._reserve(output_dir, stem)
+        self.flush()
+
+    @staticmethod
+    def _reserve(output_dir: Path, stem: str) -> Path:
+        for n in range(1, 1000):
+            path = output_dir / (f"{stem}.toml" if n == 1 else f"{stem}-{n}.toml")
+            try:
+                with path.open("x"):
+                    return path
+            except FileExistsError:
+                continue
+        raise RuntimeError(f"could not find a free results file name for {stem} in {output_dir}")
+
+    def add(self, record: AliasRecord) -> None:
+        self.result_set.aliases.append(record)
+        self.flush()
+
+    def finish(self, finished_at: datetime) -> None:
+        self.result_set.meta["finished_at"] = finished_at.isoformat(timespec="seconds")
+        self.result_set.meta["complete"] = True
+        self.flush()
+
+    def flush(self) -> None:
+        staged = self.path.with_name(f".{self.path.name}.partial")
+        staged.write_text(tomli_w.dumps(self.result_set.to_toml()))
+        os.replace(staged, self.path)
+
+
+def results_stem(started_at: datetime, label: str) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in label).strip("-") or "run"
+    return f"llm-bench-{started_at.strftime('%Y%m%d-%H%M%S')}-{safe}"
+
+
+class ResultsFileError(ValueError):
+    pass
+
+
+def load_results(path: Path) -> ResultSet:
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError as e:
+        raise ResultsFileError(f"{path}: no such results file") from e
+    except tomllib.TOMLDecodeError as e:
+        raise ResultsFileError(f"{path} is not valid TOML ({e}); is it an llm-bench results file?") from e
+    meta = data.get("meta")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ResultsFileError(f"{path} is not an llm-bench results file (no meta.format = {FORMAT!r})")
+    return ResultSet(meta, [AliasRecord.from_toml(a) for a in data.get("aliases", [])])

@@ -1,0 +1,106 @@
+"""Start and stop a real llama-server in router mode on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+
+class RouterStartError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RouterProcess:
+    url: str
+    port: int
+    process: subprocess.Popen
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM the router's process group, so its model instances go too."""
+        if self.process.poll() is not None:
+            return
+        pgid = os.getpgid(self.process.pid)
+        os.killpg(pgid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(pgid, signal.SIGKILL)
+            self.process.wait()
+        try:  # instances the router spawned may outlive it by a moment
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def router_command(binary: Path, presets_ini: Path, port: int, extra_args: Sequence[str]) -> list[str]:
+    return [
+        str(binary), "--models-preset", str(presets_ini),
+        "--host", "127.0.0.1", "--port", str(port),
+        "--models-max", "1", "--no-webui",
+        *extra_args,
+    ]
+
+
+def start_router(
+    binary: Path,
+    presets_ini: Path,
+    *,
+    log_path: Path,
+    port: int | None = None,
+    extra_args: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    timeout: float = 60.0,
+) -> RouterProcess:
+    port = port or free_port()
+    log_file = log_path.open("ab")
+    process = subprocess.Popen(
+        router_command(binary, presets_ini, port, extra_args),
+        stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        cwd=presets_ini.parent, env={**os.environ, **(env or {})}, start_new_session=True,
+    )
+    log_file.close()
+    router = RouterProcess(f"http://127.0.0.1:{port}", port, process, log_path)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RouterStartError(
+                f"llama-server exited with code {process.returncode} while starting; its log "
+                f"({log_path}) ends with:\n{router.log()[-2000:]}"
+            )
+        try:
+            if httpx.get(f"{router.url}/models", timeout=2).status_code == 200:
+                return router
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    router.stop()
+    raise RouterStartError(f"llama-server did not answer on {router.url} within {timeout:.0f} s; see {log_path}")
+
+
+@contextmanager
+def running_router(binary: Path, presets_ini: Path, **kwargs) -> Iterator[RouterProcess]:
+    router = start_router(binary, presets_ini, **kwargs)
+    try:
+        yield router
+    finally:
+        router.stop()

@@ -1,0 +1,253 @@
+# services.llama-cpp: llama.cpp's llama-server, as a single-model server or as a router of
+# model presets.
+#
+# This replaces nixpkgs' nixos/modules/services/misc/llama-cpp.nix (disabledModules below)
+# and keeps every option it has (enable, package, model, modelsDir, extraFlags, host, port,
+# openFirewall), so configurations written for it keep working. It adds router mode:
+# `presets` is rendered to the INI file given to `--models-preset`; models load on the first
+# request that names them and sleep after `sleepIdleSeconds` without requests; at most
+# `modelsMax` are loaded at once. Downloads (`hf-repo`) go to /var/cache/llama-cpp
+# (LLAMA_CACHE), which every specialisation shares, so switching builds re-downloads nothing.
+#
+# The rendered INI is also installed as /etc/llama-cpp/presets.ini, next to a marker,
+# /etc/llama-cpp/active.json, that says which specialisation, package and version are active
+# (format: docs/nixos.md). The unit's ExecStart names the INI by its store path, so a change
+# of presets or package changes the unit and `switch-to-configuration` restarts it.
+#
+# The pure parts (INI rendering, checks, command line, marker) are in ./lib/presets-ini.nix.
+{ config, lib, pkgs, ... }:
+
+let
+  cfg = config.services.llama-cpp;
+  ini = import ./lib/presets-ini.nix;
+  inherit (lib) mkOption types;
+
+  iniValue = types.nullOr (types.oneOf [ types.str types.int types.bool types.float types.path ]);
+
+  presetNames = ini.presetNames cfg.presets;
+  hasPresets = presetNames != [ ];
+  routerMode = hasPresets || cfg.modelsDir != null;
+  cacheDir = "/var/cache/llama-cpp";
+
+  presetsFile = pkgs.writeText "llama-cpp-presets.ini" cfg.presetsIni;
+
+  serverArgs = ini.serverArgs {
+    inherit (cfg) host port model modelsDir extraFlags;
+    presetsFile = if hasPresets then presetsFile else null;
+    modelsMax = if routerMode then cfg.modelsMax else null;
+    inherit (cfg) sleepIdleSeconds;
+  };
+
+  marker = ini.marker {
+    inherit (cfg) specialisation;
+    packageName = cfg.package.pname or (lib.getName cfg.package);
+    packageVersion = cfg.package.version or (lib.getVersion cfg.package);
+    packagePath = "${cfg.package}";
+    presets = cfg.presets;
+    presetsFile = if hasPresets then "/etc/llama-cpp/presets.ini" else null;
+    url = "http://${if cfg.host == "0.0.0.0" || cfg.host == "::" then "127.0.0.1" else cfg.host}:${toString cfg.port}";
+  };
+in
+{
+  disabledModules = [ "services/misc/llama-cpp.nix" ];
+
+  options.services.llama-cpp = {
+    enable = lib.mkEnableOption "LLaMA C++ server (llama.cpp's llama-server, optionally as a router of model presets)";
+
+    package = lib.mkPackageOption pkgs "llama-cpp" { };
+
+    model = mkOption {
+      type = types.nullOr types.path;
+      default = null;
+      example = "/models/mistral-instruct-7b/ggml-model-q4_0.gguf";
+      description = "Model path, for a single-model server. Leave null in router mode (`presets`).";
+    };
+
+    modelsDir = mkOption {
+      type = types.nullOr types.path;
+      default = null;
+      example = "/models/";
+      description = "Models directory; its GGUF files are offered by the router next to the presets.";
+    };
+
+    extraFlags = mkOption {
+      type = types.listOf types.str;
+      default = [ ];
+      example = [ "--no-webui" "--metrics" ];
+      description = "Extra flags passed to llama-server (the router passes them on to every model it starts).";
+    };
+
+    host = mkOption {
+      type = types.str;
+      default = "127.0.0.1";
+      example = "0.0.0.0";
+      description = "IP address the LLaMA C++ server listens on.";
+    };
+
+    port = mkOption {
+      type = types.port;
+      default = 48123;
+      description = "Listen port for LLaMA C++ server.";
+    };
+
+    openFirewall = mkOption {
+      type = types.bool;
+      default = false;
+      description = "Open ports in the firewall for LLaMA C++ server.";
+    };
+
+    presets = mkOption {
+      type = types.attrsOf (types.attrsOf iniValue);
+      default = { };
+      example = lib.literalExpression ''
+        {
+          "*" = { ctx-size = 65536; flash-attn = "on"; };
+          "qwen3.8-27b-mtp2" = {
+            hf-repo = "unsloth/Qwen3.8-27B-GGUF:UD-Q4_K_XL";
+            spec-type = "draft-mtp";
+            spec-draft-n-max = 2;
+          };
+        }
+      '';
+      description = ''
+        Model presets of the router, rendered to the INI file given to `--models-preset`.
+        Each attribute is a preset (the name clients put in `"model"`); `"*"` holds settings
+        that every preset inherits. Keys are llama-server arguments without leading dashes;
+        values are strings, integers, floats, booleans or paths (null leaves the key out).
+        A name with a line break or `]`, a value with a line break, `;` or `#`, or a value of
+        another type fails evaluation with a message that names the preset and the key.
+      '';
+    };
+
+    presetsIni = mkOption {
+      type = types.str;
+      readOnly = true;
+      description = "The rendered presets INI (read only; installed as /etc/llama-cpp/presets.ini).";
+    };
+
+    modelsMax = mkOption {
+      type = types.ints.unsigned;
+      default = 1;
+      description = "Router mode: the most models loaded at once (`--models-max`; 0 = unlimited). One fits a 24 GB card.";
+    };
+
+    sleepIdleSeconds = mkOption {
+      type = types.nullOr (types.either types.ints.positive (types.enum [ (-1) ]));
+      default = 300;
+      description = "Seconds without requests after which a loaded model sleeps and frees its memory (`--sleep-idle-seconds`; -1 = never, null = llama-server's default).";
+    };
+
+    environment = mkOption {
+      type = types.attrsOf types.str;
+      default = { };
+      example = { LLAMA_MTP_GPU_VERIFY = "greedy"; };
+      description = "Extra environment variables of the service (LLAMA_CACHE is set to /var/cache/llama-cpp).";
+    };
+
+    specialisation = mkOption {
+      type = types.str;
+      default = "base";
+      description = "Name of the active specialisation, written to the marker /etc/llama-cpp/active.json. The specialisation modules set it.";
+    };
+
+    deviceAllow = mkOption {
+      type = types.listOf types.str;
+      default = [
+        "char-nvidiactl"
+        "char-nvidia-frontend" # /dev/nvidia0, /dev/nvidia1, ...
+        "char-nvidia-uvm" # /dev/nvidia-uvm, /dev/nvidia-uvm-tools
+        "char-nvidia-caps" # /dev/nvidia-caps/*
+      ];
+      description = "Devices the hardened unit may open (systemd DeviceAllow=, with DevicePolicy=closed). The default is the NVIDIA device nodes that CUDA needs.";
+    };
+  };
+
+  config = lib.mkIf cfg.enable {
+    services.llama-cpp.presetsIni = ini.render cfg.presets;
+
+    assertions = [
+      {
+        assertion = cfg.model != null || cfg.modelsDir != null || hasPresets;
+        message = "services.llama-cpp: set `presets` (router mode), `modelsDir`, or `model`.";
+      }
+      {
+        assertion = !(cfg.model != null && routerMode);
+        message = "services.llama-cpp: `model` starts a single-model server; it cannot be combined with `presets` or `modelsDir` (router mode).";
+      }
+    ] ++ map (e: { assertion = false; message = "services.llama-cpp.presets: ${e}"; }) (ini.errors cfg.presets);
+
+    environment.etc = lib.mkMerge [
+      (lib.mkIf hasPresets { "llama-cpp/presets.ini".source = presetsFile; })
+      { "llama-cpp/active.json".text = builtins.toJSON marker + "\n"; }
+    ];
+
+    systemd.services.llama-cpp = {
+      description = "LLaMA C++ server";
+      after = [ "network.target" ];
+      wantedBy = [ "multi-user.target" ];
+
+      environment = {
+        LLAMA_CACHE = cacheDir;
+        HOME = cacheDir;
+      } // cfg.environment;
+
+      serviceConfig = {
+        Type = "exec";
+        ExecStart = "${cfg.package}/bin/llama-server ${ini.escapeSystemdArgs serverArgs}";
+        KillSignal = "SIGINT";
+        # The router stops the model processes it started; give them time to exit.
+        TimeoutStopSec = 30;
+        Restart = "on-failure";
+        RestartSec = 10;
+
+        # The model cache, shared by every specialisation: same unit, same directory.
+        CacheDirectory = "llama-cpp";
+        WorkingDirectory = cacheDir;
+
+        # GPU access. PrivateDevices=true would give the unit a /dev without the NVIDIA
+        # nodes, so it stays false and DeviceAllow= opens exactly those nodes
+        # (DevicePolicy=closed still allows /dev/null, /dev/zero, /dev/urandom, ...).
+        PrivateDevices = false;
+        DevicePolicy = "closed";
+        DeviceAllow = cfg.deviceAllow;
+        # CUDA JIT-compiles PTX for the card and maps the result executable; the driver
+        # also needs writable+executable mappings. MemoryDenyWriteExecute=true (nixpkgs'
+        # setting) makes CUDA initialisation fail, so it is off.
+        MemoryDenyWriteExecute = false;
+        # The CUDA driver and NVML read /proc/driver/nvidia/*, and `fit` reads
+        # /proc/meminfo; ProcSubset=pid would hide both.
+        ProcSubset = "all";
+
+        # hardening
+        DynamicUser = true;
+        CapabilityBoundingSet = "";
+        RestrictAddressFamilies = [ "AF_INET" "AF_INET6" "AF_UNIX" ];
+        NoNewPrivileges = true;
+        PrivateMounts = true;
+        PrivateTmp = true;
+        PrivateUsers = true;
+        ProtectClock = true;
+        ProtectControlGroups = true;
+        ProtectHome = true;
+        ProtectKernelLogs = true;
+        ProtectKernelModules = true;
+        ProtectKernelTunables = true;
+        ProtectSystem = "strict";
+        LockPersonality = true;
+        RemoveIPC = true;
+        RestrictNamespaces = true;
+        RestrictRealtime = true;
+        RestrictSUIDSGID = true;
+        SystemCallArchitectures = "native";
+        SystemCallFilter = [ "@system-service" "~@privileged" ];
+        SystemCallErrorNumber = "EPERM";
+        ProtectProc = "invisible";
+        ProtectHostname = true;
+      };
+    };
+
+    networking.firewall = lib.mkIf cfg.openFirewall {
+      allowedTCPPorts = [ cfg.port ];
+    };
+  };
+}

@@ -1,0 +1,53 @@
+"""Shared test bed: a real llama-server (found or built once per machine) and tiny GGUF models."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from llm_bench.testbed.llama_server import ensure_llama_server
+from llm_bench.testbed.router import RouterProcess, start_router
+from llm_bench.testbed.tiny_gguf import TinyModelSpec, write_tiny_model
+
+
+@pytest.fixture(scope="session")
+def llama_server_bin() -> Path:
+    return ensure_llama_server()
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("models")
+    return {
+        "target": write_tiny_model(root / "target.gguf", TinyModelSpec(seed=1, name="tiny-target")),
+        "draft": write_tiny_model(
+            root / "draft.gguf", TinyModelSpec(seed=2, n_embd=32, n_layer=1, name="tiny-draft")
+        ),
+    }
+
+
+StartRouter = Callable[..., RouterProcess]
+
+
+@pytest.fixture
+def router_factory(llama_server_bin: Path, tmp_path: Path) -> Iterator[StartRouter]:
+    """Start real routers from INI text or an INI file; all are stopped at teardown."""
+    started: list[RouterProcess] = []
+
+    def start(ini: str | Path, **kwargs) -> RouterProcess:
+        if isinstance(ini, str):
+            path = tmp_path / f"presets-{len(started)}.ini"
+            path.write_text(ini)
+        else:
+            path = ini
+        router = start_router(
+            llama_server_bin, path, log_path=tmp_path / f"router-{len(started)}.log", **kwargs
+        )
+        started.append(router)
+        return router
+
+    yield start
+    for router in started:
+        router.stop()
