@@ -1,0 +1,10 @@
+# Everything: the router module, the base presets and both specialisations. The flake's
+# `nixosModules.default` is this plus the llamAmpere source from the flake input.
+{
+  imports = [
+    ./llama-cpp.nix
+    ./base-presets.nix
+    ../specialisations/llm-fa86.nix
+    ../specialisations/llm-llamampere.nix
+  ];
+}

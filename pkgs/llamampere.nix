@@ -1,0 +1,64 @@
+# The llamAmpere fork (github:JakeATX/llamAmpere) built with nixpkgs' llama-cpp recipe.
+#
+# What the recipe assumes and the fork's source (a flake input) does not provide:
+#   - a COMMIT file, written by the recipe's fetchFromGitHub postFetch, which preConfigure
+#     reads into LLAMA_BUILD_COMMIT: the commit comes from the input's `rev` instead;
+#   - LLAMA_BUILD_NUMBER = the package version: it is compiled into
+#     `int LLAMA_BUILD_NUMBER = @LLAMA_BUILD_NUMBER@;`, so "0.5.5" would not compile; an
+#     integer (`buildNumber`) is passed instead and the release shows in the version;
+#   - the web UI, built with npm from a fetchNpmDeps whose hash belongs to nixpkgs' own
+#     source: dropped (npmDeps, the npm hooks, `npm run build`), with LLAMA_BUILD_UI and
+#     LLAMA_USE_PREBUILT_UI off (the prebuilt one would be downloaded at build time, which
+#     the sandbox forbids). The API is unaffected; the server has no browser UI.
+# CUDA: compute capability 8.6 only, and every FlashAttention K/V quant pair. The fork's
+# CMake spells that GGML_CUDA_FA_QUANTS=all (GGML_CUDA_FA_ALL_QUANTS is a deprecated alias
+# there); its turbo KV types have their own kernels.
+{ lib
+, llama-cpp
+, src
+, version ? "0.5.5"
+, rev ? src.rev or null
+, buildNumber ? 0
+, cuda ? true
+}:
+
+let
+  shortRev = if rev == null then "unknown" else builtins.substring 0 7 rev;
+  replaced = [
+    "CMAKE_CUDA_ARCHITECTURES"
+    "GGML_CUDA_FA_ALL_QUANTS"
+    "GGML_CUDA_FA_QUANTS"
+    "LLAMA_BUILD_NUMBER"
+    "LLAMA_BUILD_COMMIT"
+    "LLAMA_BUILD_UI"
+    "LLAMA_USE_PREBUILT_UI"
+  ];
+  keep = flag: !(lib.any (name: lib.hasPrefix "-D${name}:" flag || lib.hasPrefix "-D${name}=" flag) replaced);
+  isNpm = p: let n = p.name or p.pname or ""; in lib.hasInfix "npm" n || lib.hasPrefix "nodejs" n;
+in
+(llama-cpp.override { cudaSupport = cuda; }).overrideAttrs (old: {
+  pname = "llamampere";
+  inherit version src;
+
+  npmDeps = null;
+  npmRoot = null;
+  nativeBuildInputs = lib.filter (p: !(isNpm p)) (old.nativeBuildInputs or [ ]);
+  # Replaces the recipe's preConfigure (`$(cat COMMIT)` and `npm run build`).
+  preConfigure = "";
+
+  cmakeFlags = lib.filter keep (old.cmakeFlags or [ ]) ++ [
+    (lib.cmakeFeature "LLAMA_BUILD_NUMBER" (toString buildNumber))
+    (lib.cmakeFeature "LLAMA_BUILD_COMMIT" shortRev)
+    (lib.cmakeBool "LLAMA_BUILD_UI" false)
+    (lib.cmakeBool "LLAMA_USE_PREBUILT_UI" false)
+  ] ++ lib.optionals cuda [
+    (lib.cmakeFeature "CMAKE_CUDA_ARCHITECTURES" "86")
+    (lib.cmakeFeature "GGML_CUDA_FA_QUANTS" "all")
+  ];
+
+  passthru = (old.passthru or { }) // { llamampereRev = rev; };
+  meta = (old.meta or { }) // {
+    description = "llamAmpere ${version}: llama.cpp fork tuned for Ampere GPUs, built for sm_86";
+    homepage = "https://github.com/JakeATX/llamAmpere";
+  };
+})

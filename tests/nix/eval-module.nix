@@ -1,0 +1,121 @@
+# Evaluates the NixOS modules of this repository with nixpkgs' `lib.evalModules` and a stub
+# of the NixOS options they set, and returns a JSON-friendly summary (used by
+# tests/test_nix_modules.py). Needs only nixpkgs' lib:
+#
+#   nix-instantiate --eval --strict --json --argstr libPath "$NIXPKGS_LIB/lib" \
+#     -E '(import ./tests/nix/eval-module.nix { libPath = ...; }).summary [ ]'
+{ libPath }:
+
+let
+  lib = import libPath;
+  inherit (lib) mkOption types;
+  pkgs = import ./stub-pkgs.nix { inherit lib; };
+
+  # The NixOS options that the modules set, declared loosely.
+  nixosStub = { config, ... }: {
+    options = {
+      assertions = mkOption { type = types.listOf types.unspecified; default = [ ]; };
+      warnings = mkOption { type = types.listOf types.str; default = [ ]; };
+      environment.etc = mkOption {
+        default = { };
+        type = types.attrsOf (types.submodule {
+          options = {
+            text = mkOption { type = types.nullOr types.lines; default = null; };
+            source = mkOption { type = types.nullOr types.unspecified; default = null; };
+          };
+        });
+      };
+      systemd.services = mkOption {
+        default = { };
+        type = types.attrsOf (types.submodule {
+          freeformType = types.attrsOf types.anything;
+          options = {
+            serviceConfig = mkOption { type = types.attrsOf types.anything; default = { }; };
+            environment = mkOption { type = types.attrsOf types.str; default = { }; };
+            wantedBy = mkOption { type = types.listOf types.str; default = [ ]; };
+            after = mkOption { type = types.listOf types.str; default = [ ]; };
+          };
+        });
+      };
+      networking.firewall.allowedTCPPorts = mkOption { type = types.listOf types.port; default = [ ]; };
+      specialisation = mkOption {
+        default = { };
+        type = types.attrsOf (types.submodule {
+          options = {
+            configuration = mkOption { type = types.deferredModule; default = { }; };
+            inheritParentConfig = mkOption { type = types.bool; default = true; };
+          };
+        });
+      };
+    };
+  };
+
+  eval = modules: lib.evalModules {
+    modules = [ nixosStub { _module.args = { inherit pkgs; }; } ] ++ modules;
+    specialArgs.modulesPath = "/nonexistent/nixos/modules";
+  };
+
+  # As NixOS does (nixos/modules/system/activation/specialisation.nix): the parent's
+  # modules plus the specialisation's, without specialisations of its own.
+  specialise = base: name: base.extendModules {
+    modules = [
+      base.config.specialisation.${name}.configuration
+      { specialisation = lib.mkOverride 0 { }; }
+    ];
+  };
+
+  failedAssertions = config: map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
+
+  describe = config:
+    let
+      cfg = config.services.llama-cpp;
+      unit = config.systemd.services.llama-cpp;
+      etc = config.environment.etc;
+    in
+    {
+      failedAssertions = failedAssertions config;
+      options = {
+        inherit (cfg) enable host port openFirewall modelsMax sleepIdleSeconds specialisation extraFlags;
+        model = if cfg.model == null then null else toString cfg.model;
+        modelsDir = if cfg.modelsDir == null then null else toString cfg.modelsDir;
+      };
+      package = {
+        inherit (cfg.package) pname version;
+        path = cfg.package.outPath;
+        cmakeFlags = cfg.package.cmakeFlags or [ ];
+        preConfigure = cfg.package.preConfigure or "";
+        npmDeps = cfg.package.npmDeps or null;
+        nativeBuildInputs = map (p: p.name) (cfg.package.nativeBuildInputs or [ ]);
+        src = toString (cfg.package.src.outPath or cfg.package.src.rev or cfg.package.src);
+      };
+      presets = builtins.attrNames cfg.presets;
+      presetsIni = cfg.presetsIni;
+      execStart = unit.serviceConfig.ExecStart;
+      serviceConfig = unit.serviceConfig;
+      environment = unit.environment;
+      wantedBy = unit.wantedBy;
+      etc = {
+        presetsIni = if etc ? "llama-cpp/presets.ini" then {
+          sourcePath = etc."llama-cpp/presets.ini".source.outPath;
+          sourceText = etc."llama-cpp/presets.ini".source.text;
+        } else null;
+        activeJson = etc."llama-cpp/active.json".text;
+      };
+      firewall = config.networking.firewall.allowedTCPPorts;
+      specialisations = builtins.attrNames config.specialisation;
+    };
+in
+{
+  inherit lib pkgs eval specialise failedAssertions describe;
+
+  # Summary of the base system and of every specialisation.
+  summary = modules:
+    let base = eval modules;
+    in
+    describe base.config // {
+      specialised = lib.mapAttrs (name: _: describe (specialise base name).config) base.config.specialisation;
+    };
+
+  # Just the failed assertions (for configurations with bad preset data, whose INI throws).
+  assertionsOf = modules: failedAssertions (eval modules).config;
+}
