@@ -1,0 +1,99 @@
+{
+  description = "llm-bench and the NixOS llama.cpp router it measures: module, presets, specialisations, VM tests";
+
+  inputs = {
+    nixpkgs.url = "github:NixOS/nixpkgs/nixos-unstable";
+
+    # The llamAmpere release the report measured. Change the ref on this line, then run
+    # `nix flake lock --update-input llamampere` (flake.lock has no entry for it until the
+    # first `nix flake lock`, which needs the network).
+    llamampere.url = "github:JakeATX/llamAmpere/v0.5.5";
+    llamampere.flake = false;
+  };
+
+  outputs = { self, nixpkgs, llamampere }:
+    let
+      system = "x86_64-linux";
+      inherit (nixpkgs) lib;
+
+      # CUDA is unfree; the llama.cpp packages of this flake are CUDA builds.
+      pkgs = import nixpkgs {
+        inherit system;
+        config.allowUnfree = true;
+      };
+
+      # Only what the Python package needs, so unrelated edits do not rebuild it.
+      llmBenchSrc = lib.fileset.toSource {
+        root = ./.;
+        fileset = lib.fileset.unions [
+          ./pyproject.toml
+          ./llm_bench
+          (lib.fileset.maybeMissing ./README.md)
+          (lib.fileset.maybeMissing ./LICENSE)
+        ];
+      };
+
+      llamampereSource = { lib, ... }: {
+        llmBench.llamampere.src = lib.mkDefault llamampere;
+      };
+    in
+    {
+      nixosModules = {
+        llama-cpp = ./modules/llama-cpp.nix;
+        presets-base = ./modules/base-presets.nix;
+        llm-fa86 = ./specialisations/llm-fa86.nix;
+        llm-llamampere = {
+          imports = [ ./specialisations/llm-llamampere.nix llamampereSource ];
+        };
+        default = {
+          imports = [ ./modules/default.nix llamampereSource ];
+        };
+      };
+
+      packages.${system} = {
+        llm-bench = pkgs.callPackage ./pkgs/llm-bench.nix { src = llmBenchSrc; };
+        llama-cpp-fa86 = pkgs.callPackage ./pkgs/llama-cpp-fa86.nix { };
+        llamampere = pkgs.callPackage ./pkgs/llamampere.nix { src = llamampere; };
+        default = self.packages.${system}.llm-bench;
+      };
+
+      apps.${system} = {
+        llm-bench = {
+          type = "app";
+          program = "${self.packages.${system}.llm-bench}/bin/llm-bench";
+          meta.description = "Measure llama.cpp router presets with the report's protocol";
+        };
+        default = self.apps.${system}.llm-bench;
+      };
+
+      checks.${system} =
+        let
+          args = { inherit pkgs self llmBenchSrc; };
+        in
+        {
+          # The pure parts, as the Python tests check them, but inside Nix.
+          presets-ini = import ./tests/nixos/presets-ini.nix args;
+          # The router on CPU with tiny models, and llm-bench measuring it.
+          router = import ./tests/nixos/router.nix args;
+          # switch-to-configuration test into each specialisation and back.
+          specialisation-switch = import ./tests/nixos/specialisation-switch.nix args;
+          llm-bench = self.packages.${system}.llm-bench;
+        };
+
+      devShells.${system}.default = pkgs.mkShell {
+        packages = [
+          (pkgs.python3.withPackages (ps: with ps; [
+            httpx click nvidia-ml-py tomli-w matplotlib gguf pytest
+          ]))
+          pkgs.nix
+          pkgs.nixfmt
+        ];
+        shellHook = ''
+          # tests/test_nix_modules.py evaluates the modules with this nixpkgs' lib.
+          export NIXPKGS_LIB=${nixpkgs}
+        '';
+      };
+
+      formatter.${system} = pkgs.nixfmt;
+    };
+}

@@ -1,0 +1,87 @@
+# Switching builds: `switch-to-configuration test` into llm-fa86, then llm-llamampere, then
+# back to the base system. Each time the presets and the marker change, llama-cpp.service
+# restarts (new main PID), and no other running service restarts.
+{ pkgs, self, llmBenchSrc }:
+
+let
+  common = import ./common.nix { inherit pkgs self llmBenchSrc; };
+in
+pkgs.testers.runNixOSTest {
+  name = "llm-bench-llama-cpp-specialisation-switch";
+
+  nodes.machine = common.machine;
+
+  testScript = { nodes, ... }:
+    let
+      # /run/current-system follows each switch; the base toplevel does not.
+      base = nodes.machine.system.build.toplevel;
+    in
+    ''
+      import json
+
+      URL = "http://127.0.0.1:48123"
+
+      def running_services():
+          """Every running service but llama-cpp, with its main PID and start time."""
+          out = machine.succeed(
+              "systemctl list-units --type=service --state=running --no-legend --plain"
+              " | awk '{print $1}'"
+          )
+          state = {}
+          for unit in out.split():
+              if unit == "llama-cpp.service":
+                  continue
+              state[unit] = machine.succeed(
+                  f"systemctl show -p MainPID -p ActiveEnterTimestampMonotonic --value {unit}"
+              ).split()
+          return state
+
+      def llama_pid():
+          return machine.succeed("systemctl show -p MainPID --value llama-cpp.service").strip()
+
+      def presets():
+          machine.wait_until_succeeds(f"curl -sf {URL}/models", timeout=120)
+          return {m["id"] for m in json.loads(machine.succeed(f"curl -sf {URL}/models"))["data"]}
+
+      def switch(toplevel, name, package, want, unwanted):
+          before_pid = llama_pid()
+          before = running_services()
+          out = machine.succeed(f"{toplevel}/bin/switch-to-configuration test 2>&1")
+          print(out)
+          machine.wait_for_unit("llama-cpp.service")
+          after_pid = llama_pid()
+          assert after_pid != before_pid, f"llama-cpp.service did not restart ({before_pid})"
+          listed = presets()
+          assert want <= listed, f"{name}: missing {want - listed}"
+          assert not (unwanted & listed), f"{name}: still listed {unwanted & listed}"
+          marker = json.loads(machine.succeed("cat /etc/llama-cpp/active.json"))
+          assert marker["specialisation"] == name, marker
+          assert marker["package"]["name"] == package, marker
+          assert set(marker["presets"]) == listed, (marker, listed)
+          after = running_services()
+          changed = {u for u in before if u in after and before[u] != after[u]}
+          assert not changed, f"switching to {name} restarted {changed}"
+          machine.succeed("test -d /var/cache/llama-cpp")
+
+      base_presets = {"qwen3.8-27b-base", "qwen3.8-27b-mtp2", "qwen3.8-27b-turbo-coder-mtp2", "qwen3.8-27b-dflash2-4"}
+      ampere = {"ampere-none", "ampere-mtp2", "ampere-mtp4", "ampere-turbo4", "ampere-turbo2", "ampere-auto"}
+
+      machine.wait_for_unit("llama-cpp.service")
+      assert presets() == base_presets, presets()
+      machine.succeed("echo cached > /var/cache/llama-cpp/marker-file")
+
+      with subtest("switch to llm-fa86"):
+          switch("${base}/specialisation/llm-fa86", "llm-fa86", "llama-cpp-fa86",
+                 base_presets | {"qwen3.8-27b-kv84"}, ampere)
+
+      with subtest("switch to llm-llamampere"):
+          switch("${base}/specialisation/llm-llamampere", "llm-llamampere", "llamampere",
+                 ampere, base_presets | {"qwen3.8-27b-kv84"})
+
+      with subtest("switch back to the base system"):
+          switch("${base}", "base", "llama-cpp", base_presets, ampere | {"qwen3.8-27b-kv84"})
+
+      with subtest("the model cache survived every switch"):
+          machine.succeed("grep -q cached /var/cache/llama-cpp/marker-file")
+    '';
+}
