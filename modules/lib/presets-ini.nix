@@ -45,9 +45,10 @@ let
     in (if presets ? ${globalSection} then [ globalSection ] else [ ])
       ++ filter (n: n != globalSection) names;
 
+  # Names are shown as JSON strings, so a line break reads `\n` in the message.
   where = preset: key:
-    if key == null then "preset \"${preset}\""
-    else "preset \"${preset}\", key \"${key}\"";
+    if key == null then "preset ${toJSON preset}"
+    else "preset ${toJSON preset}, key ${toJSON key}";
 
   hasLineBreak = s: match ".*[\n\r].*" s != null;
 
