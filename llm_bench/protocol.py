@@ -37,6 +37,7 @@ def run_record(m: StreamMeasurement) -> RunRecord:
     return RunRecord(
         ttft_ms=None if m.ttft_s is None else m.ttft_s * 1000.0,
         decode_tps=timings.get("predicted_per_second"),
+        decode_ms=timings.get("predicted_ms"),
         client_decode_tps=m.client_decode_tps,
         prompt_tps=timings.get("prompt_per_second"),
         prompt_tokens=m.prompt_tokens,

@@ -26,6 +26,7 @@ class RunRecord:
 
     ttft_ms: float | None = None
     decode_tps: float | None = None
+    decode_ms: float | None = None
     client_decode_tps: float | None = None
     prompt_tps: float | None = None
     prompt_tokens: int | None = None
