@@ -15,7 +15,7 @@ import shlex
 
 import pytest
 
-from tests.nix_helpers import EXPECTED, REPO, NixError, nix_eval, nix_string, nixpkgs_lib
+from tests.nix.helpers import EXPECTED, REPO, NixError, nix_eval, nix_string, nixpkgs_lib
 
 HARNESS = REPO / "tests" / "nix" / "eval-module.nix"
 ALL = f"{REPO}/modules/default.nix"

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from tests.nix_helpers import (
+from tests.nix.helpers import (
     EXPECTED,
     PRESET_SETS,
     REPO,

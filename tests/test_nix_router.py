@@ -27,7 +27,7 @@ import time
 import httpx
 import pytest
 
-from tests.nix_helpers import EXPECTED, render_preset_set
+from tests.nix.helpers import EXPECTED, render_preset_set
 
 # The argument each INI key becomes in the router's argument list (llama-server reports the
 # last spelling of an option, e.g. `spec-draft-hf` -> `--hf-repo-draft`).

@@ -18,7 +18,7 @@ in
 {
   inherit tiny renamed;
 
-  machine = { lib, ... }: {
+  machine = { ... }: {
     imports = [ self.nixosModules.default ];
 
     virtualisation.memorySize = 3072;
@@ -32,9 +32,8 @@ in
     };
     llmBench.packages.llama-cpp-fa86 = renamed "llama-cpp-fa86";
     llmBench.packages.llamampere = renamed "llamampere";
+    # llmBench.cuda = false makes the base package nixpkgs' CPU llama-cpp.
 
-    services.llama-cpp.package = lib.mkForce pkgs.llama-cpp;
-
-    environment.systemPackages = [ self.packages.${pkgs.system}.llm-bench pkgs.curl pkgs.jq ];
+    environment.systemPackages = [ self.packages.${pkgs.stdenv.hostPlatform.system}.llm-bench pkgs.curl pkgs.jq ];
   };
 }
