@@ -43,15 +43,22 @@ def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, tit
     ax.set_xlim(0, top * 1.3)
 
     for bar, r in zip(bars, measured):
-        text = f"{r.decode_tps:.1f} t/s"
+        y = bar.get_y() + bar.get_height() / 2
+        value = f"{r.decode_tps:.1f} t/s"
+        inside = bar.get_width() > top * 0.25
+        if inside:  # the figure inside the bar, the comparison beyond the whisker
+            ax.text(bar.get_width() - top * 0.01, y, value, va="center", ha="right", fontsize=9,
+                    color="white", fontweight="bold")
+        s = r.record.summary("decode_tps")
+        right = max(bar.get_width(), s.max if s else 0.0) + top * 0.015
+        notes = [] if inside else [value]
         if baseline is not None:
             ratio = speedup(r, baseline)
             if ratio is not None:
-                text += f"  ({ratio:.2f}x)"
+                notes.append(f"{ratio:.2f}x")
         if not r.record.comparable:
-            text += "  not comparable"
-        ax.text(bar.get_width() + top * 0.01, bar.get_y() + bar.get_height() / 2, text,
-                va="center", ha="left", fontsize=9)
+            notes.append("not comparable")
+        ax.text(right, y, "  ".join(notes), va="center", ha="left", fontsize=9)
 
     if baseline is not None and baseline.decode_tps:
         ax.axvline(baseline.decode_tps, color="#c53030", linestyle="--", linewidth=1.2,

@@ -295,7 +295,7 @@ class StatusWatcher:
                 self._ready.set()
                 for payload in iter_sse_data(response.iter_lines()):
                     event = json.loads(payload)
-                    if event.get("model") == self.alias and event.get("event") == "model_status":
+                    if event.get("model") == self.alias and event.get("event") in ("model_status", "status_change"):
                         status = (event.get("data") or {}).get("status")
                         if status and (not self.transitions or self.transitions[-1] != status):
                             self.transitions.append(status)
