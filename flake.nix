@@ -41,6 +41,8 @@
       nixosModules = {
         llama-cpp = ./modules/llama-cpp.nix;
         presets-base = ./modules/base-presets.nix;
+        vllm = ./modules/vllm.nix;
+        hyperqwen = ./modules/hyperqwen.nix;
         llm-fa86 = ./specialisations/llm-fa86.nix;
         llm-llamampere = {
           imports = [ ./specialisations/llm-llamampere.nix llamampereSource ];

@@ -1,0 +1,268 @@
+"""services.vllm and llmBench.hyperqwen.
+
+The command line and the dtype warning come from modules/lib/vllm-args.nix, evaluated with
+builtins only; the modules themselves are evaluated with nixpkgs' lib.evalModules through
+tests/nix/eval-module.nix (its `eval`, with a few more stub options declared here), and skip
+without NIXPKGS_LIB.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from tests.nix.helpers import REPO, nix_eval, nix_string, nixpkgs_lib
+
+ARGS_LIB = REPO / "modules" / "lib" / "vllm-args.nix"
+HARNESS = REPO / "tests" / "nix" / "eval-module.nix"
+VLLM = REPO / "modules" / "vllm.nix"
+HYPERQWEN = REPO / "modules" / "hyperqwen.nix"
+
+DFLASH2 = {"method": "dflash", "model": "incoai/Qwen3.8-27B-DFlash2", "num_speculative_tokens": 7}
+MTP = {"method": "mtp", "num_speculative_tokens": 3}
+
+
+def nix_value(value) -> str:
+    """A Nix expression for JSON-like Python data."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (int, float)):
+        return json.dumps(value)
+    if isinstance(value, str):
+        return nix_string(value)
+    if isinstance(value, list):
+        return "[ " + " ".join(f"({nix_value(v)})" for v in value) + " ]"
+    if isinstance(value, dict):
+        return "{ " + " ".join(f"{nix_string(k)} = {nix_value(v)};" for k, v in value.items()) + " }"
+    raise TypeError(type(value))
+
+
+def serve_args(**args) -> list[str]:
+    return nix_eval(f"(import {ARGS_LIB}).serveArgs {nix_value(args)}")  # type: ignore[return-value]
+
+
+def warning(**args) -> str | None:
+    return nix_eval(f"(import {ARGS_LIB}).speculationWarning {nix_value(args)}")  # type: ignore[return-value]
+
+
+# --- builtins only ---------------------------------------------------------------------
+
+def test_minimal_command_line() -> None:
+    assert serve_args(model="Qwen/Qwen3-8B") == ["serve", "Qwen/Qwen3-8B", "--host", "127.0.0.1", "--port", "8000"]
+
+
+def test_second_report_configuration() -> None:
+    args = serve_args(
+        model="/models/Qwen3.8-27B", servedModelName="qwen3.8-27b", host="0.0.0.0", port=8001,
+        tensorParallelSize=4, gpuMemoryUtilization=0.92, maxModelLen=65536, dtype="bfloat16",
+        prefixCaching=True, speculativeConfig=DFLASH2, reasoningParser="qwen3",
+        toolCallParser="qwen3_coder", extraArgs=["--max-num-seqs", "8"],
+    )
+    assert args == [
+        "serve", "/models/Qwen3.8-27B", "--host", "0.0.0.0", "--port", "8001",
+        "--served-model-name", "qwen3.8-27b", "--tensor-parallel-size", "4",
+        "--gpu-memory-utilization", "0.92", "--max-model-len", "65536", "--dtype", "bfloat16",
+        "--enable-prefix-caching", "--speculative-config", args[args.index("--speculative-config") + 1],
+        "--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--tool-call-parser", "qwen3_coder",
+        "--max-num-seqs", "8",
+    ]
+    assert json.loads(args[args.index("--speculative-config") + 1]) == DFLASH2
+    assert "--enforce-eager" not in args
+
+
+def test_enforce_eager_only_when_asked() -> None:
+    assert "--enforce-eager" not in serve_args(model="m")
+    assert "--enforce-eager" not in serve_args(model="m", enforceEager=False)
+    assert serve_args(model="m", enforceEager=True)[-1] == "--enforce-eager"
+
+
+def test_prefix_caching_three_ways() -> None:
+    assert "--enable-prefix-caching" in serve_args(model="m", prefixCaching=True)
+    assert "--no-enable-prefix-caching" in serve_args(model="m", prefixCaching=False)
+    args = serve_args(model="m", prefixCaching=None)
+    assert not [a for a in args if "prefix-caching" in a]
+
+
+@pytest.mark.parametrize("dtype", ["half", "float16"])
+@pytest.mark.parametrize("spec", [DFLASH2, MTP], ids=["dflash2", "mtp"])
+def test_fp16_with_speculation_warns_and_names_the_cause(dtype, spec) -> None:
+    text = warning(dtype=dtype, speculativeConfig=spec)
+    assert text is not None
+    assert f'dtype = "{dtype}"' in text
+    assert spec["method"] in text
+    assert "Mean acceptance length: 1.00" in text
+    assert "rejects every draft token" in text
+
+
+@pytest.mark.parametrize("args", [
+    {"dtype": "bfloat16", "speculativeConfig": DFLASH2},
+    {"dtype": "auto", "speculativeConfig": MTP},
+    {"dtype": None, "speculativeConfig": MTP},
+    {"dtype": "half", "speculativeConfig": None},
+    {"dtype": "float16"},
+])
+def test_no_warning_otherwise(args) -> None:
+    assert warning(**args) is None
+
+
+# --- nixpkgs' lib.evalModules ----------------------------------------------------------
+
+# The NixOS options llmBench.hyperqwen sets that tests/nix/eval-module.nix does not declare,
+# and a stand-in vllm package (the stub pkgs has none).
+EXTRA_STUBS = """
+{ lib, ... }: {
+  options = {
+    virtualisation.docker = {
+      enable = lib.mkOption { type = lib.types.bool; default = false; };
+      package = lib.mkOption { type = lib.types.attrs; default = { version = "28.3.3"; outPath = "/nix/store/dddd-docker-28.3.3"; }; };
+      daemon.settings = lib.mkOption { type = lib.types.attrsOf lib.types.anything; default = { }; };
+    };
+    hardware.nvidia-container-toolkit.enable = lib.mkOption { type = lib.types.bool; default = false; };
+    users.groups = lib.mkOption {
+      default = { };
+      type = lib.types.attrsOf (lib.types.submodule { options.members = lib.mkOption { type = lib.types.listOf lib.types.str; default = [ ]; }; });
+    };
+  };
+  config.services.vllm.package = lib.mkDefault {
+    type = "derivation"; name = "vllm-0.11.0"; pname = "vllm"; version = "0.11.0";
+    outPath = "/nix/store/vvvv-vllm-0.11.0";
+  };
+}
+"""
+
+
+def evaluate(*modules: str) -> dict:
+    lib = nixpkgs_lib()
+    harness = f"(import {HARNESS} {{ libPath = {lib}; }})"
+    mods = " ".join(f"({m})" for m in (str(VLLM), str(HYPERQWEN), EXTRA_STUBS, *modules))
+    expr = f"""
+      let
+        h = {harness};
+        c = (h.eval [ {mods} ]).config;
+        units = c.systemd.services;
+      in {{
+        warnings = c.warnings;
+        failedAssertions = h.failedAssertions c;
+        vllm = if units ? vllm then {{
+          execStart = units.vllm.serviceConfig.ExecStart;
+          environment = units.vllm.environment;
+          environmentFile = units.vllm.serviceConfig.EnvironmentFile or null;
+          wantedBy = units.vllm.wantedBy;
+        }} else null;
+        hyperqwen = if units ? hyperqwen then {{
+          inherit (units.hyperqwen.serviceConfig) ExecStart ExecStop WorkingDirectory Type;
+          conflicts = units.hyperqwen.conflicts;
+          wantedBy = units.hyperqwen.wantedBy;
+        }} else null;
+        firewall = c.networking.firewall.allowedTCPPorts;
+        docker = {{ inherit (c.virtualisation.docker) enable; settings = c.virtualisation.docker.daemon.settings; }};
+        toolkit = c.hardware.nvidia-container-toolkit.enable;
+        dockerMembers = c.users.groups.docker.members or [ ];
+      }}
+    """
+    return nix_eval(expr)  # type: ignore[return-value]
+
+
+VLLM_FINAL = """{
+  services.vllm = {
+    enable = true;
+    model = "/models/Qwen3.8-27B";
+    servedModelName = "qwen3.8-27b";
+    tensorParallelSize = 4;
+    gpuMemoryUtilization = 0.92;
+    maxModelLen = 65536;
+    dtype = "bfloat16";
+    speculativeConfig = { method = "dflash"; model = "incoai/Qwen3.8-27B-DFlash2"; num_speculative_tokens = 7; };
+    reasoningParser = "qwen3";
+    toolCallParser = "qwen3_coder";
+  };
+}"""
+
+
+def exec_args(exec_start: str) -> list[str]:
+    return shlex.split(exec_start)
+
+
+def test_module_renders_the_final_configuration() -> None:
+    out = evaluate(VLLM_FINAL)
+    assert out["warnings"] == [] and out["failedAssertions"] == []
+    args = exec_args(out["vllm"]["execStart"])
+    assert args[0] == "/nix/store/vvvv-vllm-0.11.0/bin/vllm"
+    assert args[1:3] == ["serve", "/models/Qwen3.8-27B"]
+    for flag, value in [("--host", "127.0.0.1"), ("--port", "8000"), ("--tensor-parallel-size", "4"),
+                        ("--gpu-memory-utilization", "0.92"), ("--max-model-len", "65536"),
+                        ("--dtype", "bfloat16"), ("--reasoning-parser", "qwen3"),
+                        ("--tool-call-parser", "qwen3_coder"), ("--served-model-name", "qwen3.8-27b")]:
+        assert args[args.index(flag) + 1] == value, flag
+    assert json.loads(args[args.index("--speculative-config") + 1]) == DFLASH2
+    assert "--enable-prefix-caching" in args  # the module's default
+    assert "--enable-auto-tool-choice" in args
+    assert "--enforce-eager" not in args
+    assert out["vllm"]["wantedBy"] == ["multi-user.target"]
+    assert out["vllm"]["environment"]["HF_HOME"] == "/var/cache/vllm/huggingface"
+    assert out["firewall"] == []
+    assert out["hyperqwen"] is None and out["docker"]["enable"] is False
+
+
+def test_module_warns_on_half_with_speculation() -> None:
+    out = evaluate(VLLM_FINAL, '{ lib, ... }: { services.vllm.dtype = lib.mkForce "half"; }')
+    (text,) = out["warnings"]
+    assert "Mean acceptance length: 1.00" in text and "half" in text
+    assert exec_args(out["vllm"]["execStart"])[exec_args(out["vllm"]["execStart"]).index("--dtype") + 1] == "half"
+
+
+def test_module_no_warning_without_speculation() -> None:
+    out = evaluate('{ services.vllm = { enable = true; model = "m"; dtype = "half"; }; }')
+    assert out["warnings"] == []
+
+
+def test_module_enforce_eager_and_extras() -> None:
+    out = evaluate('{ services.vllm = { enable = true; model = "m"; enforceEager = true; port = 8011; '
+                   'openFirewall = true; extraArgs = [ "--max-num-seqs" "8" ]; '
+                   'environmentFile = "/run/secrets/vllm.env"; environment.CUDA_VISIBLE_DEVICES = "0,1"; }; }')
+    args = exec_args(out["vllm"]["execStart"])
+    assert "--enforce-eager" in args
+    assert args[-2:] == ["--max-num-seqs", "8"]
+    assert out["firewall"] == [8011]
+    assert out["vllm"]["environmentFile"] == "/run/secrets/vllm.env"
+    assert out["vllm"]["environment"]["CUDA_VISIBLE_DEVICES"] == "0,1"
+
+
+def test_module_disabled_adds_nothing() -> None:
+    out = evaluate()
+    assert out["vllm"] is None and out["hyperqwen"] is None
+    assert out["docker"]["enable"] is False and out["toolkit"] is False
+
+
+def test_hyperqwen_host_side() -> None:
+    out = evaluate('{ llmBench.hyperqwen = { enable = true; dockerUsers = [ "alice" ]; }; }')
+    assert out["failedAssertions"] == []
+    assert out["docker"]["enable"] is True
+    assert out["docker"]["settings"]["features"]["cdi"] is True
+    assert out["toolkit"] is True
+    assert out["dockerMembers"] == ["alice"]
+    assert out["hyperqwen"] is None  # the unit is opt-in
+
+
+def test_hyperqwen_unit_conflicts_with_the_router() -> None:
+    out = evaluate('{ llmBench.hyperqwen = { enable = true; unit = { enable = true; directory = "/srv/HyperQwen"; }; }; }')
+    unit = out["hyperqwen"]
+    assert unit["conflicts"] == ["llama-cpp.service"]
+    assert unit["wantedBy"] == []  # never started at boot: it would fight the router for the GPU
+    assert unit["WorkingDirectory"] == "/srv/HyperQwen"
+    assert unit["Type"] == "oneshot"
+    assert shlex.split(unit["ExecStart"]) == [
+        "/nix/store/dddd-docker-28.3.3/bin/docker", "compose", "--env-file", ".env",
+        "-f", "docker-compose.yml", "-f", "docker-compose.override.yml", "--profile", "single", "up", "-d",
+    ]
+    assert shlex.split(unit["ExecStop"])[-1] == "down"
+
+
+def test_hyperqwen_refuses_docker_without_cdi() -> None:
+    out = evaluate('{ llmBench.hyperqwen.enable = true; virtualisation.docker.package = { version = "24.0.9"; outPath = "/x"; }; }')
+    (message,) = out["failedAssertions"]
+    assert "Docker 24.0.9" in message and ">= 25" in message
