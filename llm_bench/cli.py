@@ -83,3 +83,8 @@ def demo(output_dir, **flags) -> None:
         raise click.ClickException(str(e)) from e
     click.echo(out.table.read_text())
     log(f"Results: {out.results}\nTable:   {out.table}\nChart:   {out.chart}")
+
+
+from llm_bench.cli_engine import engine  # noqa: E402
+
+main.add_command(engine)

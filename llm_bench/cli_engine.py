@@ -1,0 +1,146 @@
+"""``llm-bench engine hyperqwen up|down``: hand the GPU between the llama.cpp router and HyperQwen."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from llm_bench.cli_common import log
+from llm_bench.client import ServerError
+from llm_bench.engine_switch import (
+    DEFAULT_ROUTER_URL,
+    HYPERQWEN_MODEL,
+    HYPERQWEN_PROFILE,
+    HYPERQWEN_URL,
+    LLAMA_CPP_START,
+    LLAMA_CPP_STOP,
+    OVERRIDE_FILE,
+    RouterSide,
+    SwitchError,
+    bring_up,
+    hyperqwen_engine,
+    tear_down,
+)
+
+API_KEY_ENV = "VLLM_API_KEY"
+
+
+def key_from_env_file(path: Path) -> str | None:
+    """VLLM_API_KEY=... from HyperQwen's .env, where the compose setup keeps it."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None
+    key = None
+    for line in lines:
+        name, sep, value = line.strip().partition("=")
+        if sep and name.strip().removeprefix("export ").strip() == API_KEY_ENV:
+            key = value.strip().strip("'\"") or None
+    return key
+
+
+def read_api_key(path: Path | None, env_file: Path | None = None) -> str | None:
+    """The bearer key: a file's first line, else $VLLM_API_KEY, else VLLM_API_KEY in the
+    compose env file. It goes into the Authorization header only, never into output."""
+    if path is not None:
+        try:
+            key = path.read_text().strip().splitlines()
+        except OSError as e:
+            raise click.ClickException(f"cannot read the API key file {path}: {e.strerror}") from e
+        if not key or not key[0].strip():
+            raise click.ClickException(f"the API key file {path} is empty")
+        return key[0].strip()
+    if os.environ.get(API_KEY_ENV):
+        return os.environ[API_KEY_ENV]
+    return key_from_env_file(env_file) if env_file is not None else None
+
+
+def switch_options(f):
+    options = [
+        click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+                     envvar="LLM_BENCH_HYPERQWEN_DIR", default=Path("."), show_default=True,
+                     help="HyperQwen checkout holding docker-compose.yml, the override and .env "
+                          "(env LLM_BENCH_HYPERQWEN_DIR)."),
+        click.option("--env-file", default=".env", show_default=True,
+                     help="Compose env file, relative to --dir ('' for none)."),
+        click.option("--override", default=OVERRIDE_FILE, show_default=True,
+                     help="CDI override (deploy/hyperqwen/docker-compose.override.yml), relative to --dir or absolute."),
+        click.option("--profile", default=HYPERQWEN_PROFILE, show_default=True, help="Compose profile: single or batch."),
+        click.option("--up-command", help="Replace the whole start command (run by the shell in --dir)."),
+        click.option("--down-command", help="Replace the whole stop command (run by the shell in --dir)."),
+        click.option("--url", default=HYPERQWEN_URL, show_default=True, help="HyperQwen's OpenAI API."),
+        click.option("--model", default=HYPERQWEN_MODEL, show_default=True,
+                     help="Served model name for the readiness completion ('' = first of /v1/models)."),
+        click.option("--api-key-file", type=click.Path(dir_okay=False, path_type=Path),
+                     help=f"File holding the bearer key (default: ${API_KEY_ENV}, else {API_KEY_ENV} in the env file)."),
+        click.option("--router-url", default=DEFAULT_ROUTER_URL, show_default=True, help="The llama.cpp router."),
+        click.option("--free-gpu", "free_mode", type=click.Choice(["unload", "service", "none"]), default="unload",
+                     show_default=True,
+                     help="unload: unload the router's models through its API; service: stop/start its service."),
+        click.option("--stop-command", default=LLAMA_CPP_STOP, show_default=True,
+                     help="Stops the router (--free-gpu service)."),
+        click.option("--start-command", default=LLAMA_CPP_START, show_default=True,
+                     help="Starts the router again (--free-gpu service)."),
+        click.option("--timeout", "ready_timeout_s", type=float, default=1800.0, show_default=True,
+                     help="Seconds to wait for HyperQwen's first completion (first boots compile for minutes)."),
+        click.option("--router-timeout", type=float, default=120.0, show_default=True,
+                     help="Seconds to wait for the router to answer again."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def build(directory, env_file, override, profile, up_command, down_command, url, model, api_key_file,
+          router_url, free_mode, stop_command, start_command, ready_timeout_s, router_timeout):
+    engine = hyperqwen_engine(
+        directory, url=url, model=model or None, env_file=env_file or None, override=override,
+        profile=profile, up_command=up_command, down_command=down_command,
+        api_key=read_api_key(api_key_file, Path(directory) / env_file if env_file else None),
+        ready_timeout_s=ready_timeout_s,
+    )
+    router = RouterSide(url=router_url, mode=free_mode, stop_command=stop_command,
+                        start_command=start_command, ready_timeout_s=router_timeout)
+    return engine, router
+
+
+@click.group()
+def engine() -> None:
+    """Hand the GPU between the llama.cpp router and another engine."""
+
+
+@engine.group()
+def hyperqwen() -> None:
+    """HyperQwen (syv-ai/HyperQwen, vLLM in Docker Compose) beside the router; see docs/hyperqwen.md."""
+
+
+@hyperqwen.command()
+@switch_options
+def up(**options) -> None:
+    """Free the GPU, start HyperQwen, wait until it serves a real completion.
+
+    If it does not, HyperQwen is stopped, the router is restored and the exit code is 1.
+    """
+    engine_side, router = build(**options)
+    try:
+        result = bring_up(engine_side, router, log)
+    except (SwitchError, ServerError) as e:
+        raise click.ClickException(str(e)) from e
+    unloaded = ", ".join(result.router.unloaded) or "none"
+    click.echo(f"HyperQwen is serving {result.model!r} at {engine_side.url} "
+               f"(ready after {result.ready_after_s:.0f} s; router models unloaded: {unloaded})")
+
+
+@hyperqwen.command()
+@switch_options
+def down(**options) -> None:
+    """Stop HyperQwen and restore the router (start its service, wait for GET /models)."""
+    engine_side, router = build(**options)
+    try:
+        tear_down(engine_side, router, log=log)
+    except (SwitchError, ServerError) as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(f"HyperQwen is down; the router at {router.url} answers" if router.mode != "none"
+               else "HyperQwen is down")

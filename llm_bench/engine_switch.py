@@ -1,0 +1,328 @@
+"""Hand the GPU from the llama.cpp router to another engine (HyperQwen, vLLM) and back.
+
+`bring_up` frees the GPU (unloads every model the router holds, or stops its service), runs
+the engine's start command and waits until a real streamed completion succeeds through the
+engine's OpenAI API: HyperQwen's /health answers while the engine is still compiling, and
+an engine can boot, answer /health and then die on its first real prompt, so /health proves
+nothing. If anything fails on the way, the engine's stop command runs and the router is
+restored before the error is raised. `tear_down` stops the engine and restores the router.
+
+Every command is a shell command line, so the tests (and issue 6's sweep) can substitute
+their own; nothing here knows about Docker beyond the default command strings.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import httpx
+
+from llm_bench.client import ChatRequest, OpenAIClient, RouterClient, ServerError, ServerUnreachable, StreamMeasurement
+
+Log = Callable[[str], None]
+FreeMode = Literal["unload", "service", "none"]
+
+DEFAULT_ROUTER_URL = "http://127.0.0.1:48123"
+LLAMA_CPP_STOP = "systemctl stop llama-cpp.service"
+LLAMA_CPP_START = "systemctl start llama-cpp.service"
+
+# HyperQwen (syv-ai/HyperQwen): compose service and profile "single", port 18020, served
+# model name "qwen3.8-27b" (single-user/start_qwen.sh: --served-model-name qwen3.8-27b).
+HYPERQWEN_URL = "http://127.0.0.1:18020"
+HYPERQWEN_MODEL = "qwen3.8-27b"
+HYPERQWEN_PROFILE = "single"
+OVERRIDE_FILE = "docker-compose.override.yml"
+
+PROBE_PROMPT = "Reply with the single word: ready"
+
+
+class SwitchError(RuntimeError):
+    """The switch failed; the message says which step, and what the router's state is now."""
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def compose_command(
+    action: str,
+    *,
+    env_file: str | None = ".env",
+    files: tuple[str, ...] = ("docker-compose.yml", OVERRIDE_FILE),
+    profile: str | None = HYPERQWEN_PROFILE,
+) -> str:
+    """`docker compose ... up -d` or `... down` for HyperQwen's project with the CDI override."""
+    argv = ["docker", "compose"]
+    if env_file:
+        argv += ["--env-file", env_file]
+    for f in files:
+        argv += ["-f", f]
+    if profile:
+        argv += ["--profile", profile]
+    argv += ["up", "-d"] if action == "up" else [action]
+    return shlex.join(argv)
+
+
+@dataclass(frozen=True)
+class RouterSide:
+    """The llama.cpp router that owns the GPU while the other engine is down.
+
+    mode "unload": unload every loaded model through the router's API (needs no privileges;
+    a request that names a preset would load it again, so keep clients away meanwhile).
+    mode "service": run `stop_command` (e.g. stop llama-cpp.service), and `start_command`
+    to restore it. mode "none": leave the router alone.
+    """
+
+    url: str = DEFAULT_ROUTER_URL
+    mode: FreeMode = "unload"
+    stop_command: str = LLAMA_CPP_STOP
+    start_command: str = LLAMA_CPP_START
+    ready_timeout_s: float = 120.0
+    unload_timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class EngineSide:
+    """The engine to bring up: its start and stop commands and its OpenAI API."""
+
+    url: str
+    up_command: str
+    down_command: str
+    model: str | None = None  # None: the first id of GET /v1/models
+    workdir: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    api_key: str | None = field(default=None, repr=False)
+    ready_timeout_s: float = 1800.0
+    poll_s: float = 5.0
+    request_timeout_s: float = 120.0
+    command_timeout_s: float = 3600.0
+    probe_max_tokens: int = 8
+    name: str = "engine"
+
+
+@dataclass
+class RouterState:
+    """What `free_gpu` did, so that `restore_router` undoes exactly that."""
+
+    mode: FreeMode
+    was_running: bool
+    unloaded: list[str] = field(default_factory=list)
+    stopped: bool = False
+
+
+@dataclass
+class BringUpResult:
+    router: RouterState
+    model: str
+    probe: StreamMeasurement
+    ready_after_s: float
+
+
+def run_command(command: str, *, what: str, workdir: Path | None = None, env: Mapping[str, str] | None = None,
+                timeout: float = 3600.0, log: Log = _quiet) -> str:
+    """Run a shell command line; raise SwitchError with its output's tail when it fails."""
+    log(f"{what}: {command}" + (f"  (in {workdir})" if workdir else ""))
+    try:
+        proc = subprocess.run(
+            command, shell=True, cwd=workdir, env={**os.environ, **(env or {})},
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, errors="replace", timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as e:
+        raise SwitchError(f"{what}: `{command}` did not finish within {timeout:.0f} s") from e
+    except OSError as e:  # e.g. a workdir that does not exist
+        raise SwitchError(f"{what}: cannot run `{command}`: {e}") from e
+    if proc.returncode != 0:
+        tail = proc.stdout.strip()[-2000:]
+        raise SwitchError(f"{what}: `{command}` exited with code {proc.returncode}" + (f":\n{tail}" if tail else ""))
+    return proc.stdout
+
+
+def router_answers(url: str, timeout: float = 5.0) -> bool:
+    try:
+        return httpx.get(f"{url.rstrip('/')}/models", timeout=timeout).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def wait_for_router(url: str, timeout: float, poll: float = 0.5) -> None:
+    deadline = time.monotonic() + timeout
+    while not router_answers(url):
+        if time.monotonic() > deadline:
+            raise SwitchError(f"the router at {url} did not answer GET /models within {timeout:.0f} s")
+        time.sleep(poll)
+
+
+def free_gpu(router: RouterSide, log: Log = _quiet) -> RouterState:
+    """Unload the router's models or stop its service; return what was done."""
+    running = router_answers(router.url)
+    state = RouterState(mode=router.mode, was_running=running)
+    if router.mode == "none":
+        log(f"leaving the router at {router.url} alone (--free-gpu none)")
+        return state
+    if router.mode == "service":
+        run_command(router.stop_command, what="stopping the router", log=log)
+        state.stopped = True
+        return state
+    if not running:
+        log(f"router at {router.url} does not answer: nothing to unload")
+        return state
+    with RouterClient(router.url, timeout=30.0) as client:
+        busy = [m for m in client.models() if m.status in ("loaded", "loading")]
+        for info in busy:
+            log(f"unloading {info.id} ({info.status})")
+            client.unload(info.id)
+            state.unloaded.append(info.id)
+        for info in busy:
+            client.wait_for_status(info.id, "unloaded", router.unload_timeout_s)
+    if not busy:
+        log("the router holds no loaded model")
+    return state
+
+
+def restore_router(router: RouterSide, state: RouterState | None = None, log: Log = _quiet) -> None:
+    """Undo `free_gpu`: start the service again (service mode) and wait for GET /models.
+
+    Without a state (a separate `down`), service mode starts the service and unload mode
+    checks that the router answers; models unloaded earlier load again on their next request.
+    """
+    if router.mode == "none":
+        return
+    if router.mode == "service":
+        if state is None or state.stopped:
+            run_command(router.start_command, what="starting the router", log=log)
+    elif state is not None and not state.was_running:
+        return  # it was not running before; nothing to wait for
+    log(f"waiting for the router at {router.url}")
+    wait_for_router(router.url, router.ready_timeout_s)
+    log("router is back")
+
+
+def served_model(client: OpenAIClient) -> str:
+    data = client.get_json("/v1/models").get("data") or []
+    if not data:
+        raise ServerError("GET /v1/models lists no model")
+    return str(data[0]["id"])
+
+
+def wait_until_serving(engine: EngineSide, log: Log = _quiet,
+                       is_alive: Callable[[], bool] | None = None) -> tuple[str, StreamMeasurement, float]:
+    """Poll with a real streamed completion until one succeeds; /health is never consulted.
+
+    Returns (model, measurement, seconds waited). Raises SwitchError at the deadline with
+    the last error the engine gave.
+    """
+    start = time.monotonic()
+    deadline = start + engine.ready_timeout_s
+    last_error = "no answer yet"
+    attempts = 0
+    with OpenAIClient(engine.url, api_key=engine.api_key, timeout=engine.request_timeout_s) as client:
+        while True:
+            attempts += 1
+            try:
+                model = engine.model or served_model(client)
+                probe = client.stream_chat(ChatRequest(
+                    model=model, prompt=PROBE_PROMPT, max_tokens=engine.probe_max_tokens,
+                    temperature=0.0, seed=0, ignore_eos=False,
+                ))
+                if probe.token_chunks > 0 or (probe.output_tokens or 0) > 0:
+                    waited = time.monotonic() - start
+                    log(f"{engine.name} served a completion after {waited:.0f} s "
+                        f"({probe.output_tokens} tokens, model {model!r})")
+                    return model, probe, waited
+                last_error = "the completion streamed no token"
+            except (ServerError, httpx.HTTPError, ValueError, KeyError, AttributeError, TypeError) as e:
+                last_error = str(e) or type(e).__name__
+            if is_alive is not None and not is_alive():
+                raise SwitchError(f"{engine.name} stopped before serving a completion; last error: {last_error}")
+            now = time.monotonic()
+            if now >= deadline:
+                raise SwitchError(
+                    f"{engine.name} at {engine.url} did not serve a completion within "
+                    f"{engine.ready_timeout_s:g} s ({attempts} attempts); last error: {last_error}"
+                )
+            if attempts == 1 or attempts % 12 == 0:
+                log(f"waiting for {engine.name} to serve a completion ({now - start:.0f} s): {last_error}")
+            time.sleep(min(engine.poll_s, max(0.0, deadline - now)))
+
+
+def bring_up(engine: EngineSide, router: RouterSide, log: Log = _quiet,
+             is_alive: Callable[[], bool] | None = None) -> BringUpResult:
+    """Free the GPU, start the engine, wait for a real completion.
+
+    On any failure after the GPU was freed: the engine's stop command runs (best effort),
+    the router is restored, and SwitchError is raised.
+    """
+    state = free_gpu(router, log)
+    try:
+        run_command(engine.up_command, what=f"starting {engine.name}", workdir=engine.workdir,
+                    env=engine.env, timeout=engine.command_timeout_s, log=log)
+        model, probe, waited = wait_until_serving(engine, log, is_alive)
+    except BaseException as failure:  # KeyboardInterrupt too: never leave the GPU to nobody
+        log(f"{engine.name} did not come up: {failure}")
+        notes = _undo(engine, router, state, log)
+        if isinstance(failure, SwitchError):
+            raise SwitchError(f"{failure}\n{notes}") from failure
+        if isinstance(failure, Exception):
+            raise SwitchError(f"starting {engine.name} failed: {failure}\n{notes}") from failure
+        raise
+    return BringUpResult(router=state, model=model, probe=probe, ready_after_s=waited)
+
+
+def _undo(engine: EngineSide, router: RouterSide, state: RouterState, log: Log) -> str:
+    notes = []
+    try:
+        run_command(engine.down_command, what=f"stopping {engine.name}", workdir=engine.workdir,
+                    env=engine.env, timeout=engine.command_timeout_s, log=log)
+        notes.append(f"{engine.name} was stopped")
+    except SwitchError as e:
+        notes.append(f"stopping {engine.name} failed too: {e}")
+    try:
+        restore_router(router, state, log)
+        notes.append("the router was restored" if router.mode != "none" else "the router was left alone")
+    except SwitchError as e:
+        notes.append(f"restoring the router failed: {e}")
+    return "; ".join(notes) + "."
+
+
+def tear_down(engine: EngineSide, router: RouterSide, state: RouterState | None = None, log: Log = _quiet) -> None:
+    """Stop the engine, then restore the router; the router is restored even if stopping fails."""
+    try:
+        run_command(engine.down_command, what=f"stopping {engine.name}", workdir=engine.workdir,
+                    env=engine.env, timeout=engine.command_timeout_s, log=log)
+    finally:
+        restore_router(router, state, log)
+
+
+def hyperqwen_engine(
+    directory: Path,
+    *,
+    url: str = HYPERQWEN_URL,
+    model: str | None = HYPERQWEN_MODEL,
+    env_file: str | None = ".env",
+    override: str = OVERRIDE_FILE,
+    profile: str = HYPERQWEN_PROFILE,
+    up_command: str | None = None,
+    down_command: str | None = None,
+    api_key: str | None = None,
+    ready_timeout_s: float = 1800.0,
+) -> EngineSide:
+    """HyperQwen's compose project in `directory`, with the CDI override, as an EngineSide."""
+    files = ("docker-compose.yml", override)
+    return EngineSide(
+        name="HyperQwen",
+        url=url,
+        model=model,
+        workdir=directory,
+        up_command=up_command or compose_command("up", env_file=env_file, files=files, profile=profile),
+        down_command=down_command or compose_command("down", env_file=env_file, files=files, profile=profile),
+        api_key=api_key,
+        ready_timeout_s=ready_timeout_s,
+    )
