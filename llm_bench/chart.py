@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from llm_bench.report import Row, sort_fastest_first, speedup
+from llm_bench.report import Row, sort_fastest_first, speed_rows, speedup
 
 SUPPORTED = (".png", ".svg")
 
@@ -17,7 +17,7 @@ class ChartError(ValueError):
 def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, title: str | None = None) -> Path:
     if path.suffix.lower() not in SUPPORTED:
         raise ChartError(f"chart file {path} must end in .png or .svg")
-    measured = [r for r in sort_fastest_first(rows) if r.decode_tps is not None]
+    measured = [r for r in sort_fastest_first(speed_rows(rows)) if r.decode_tps is not None]
     if not measured:
         raise ChartError("no configuration has a decode rate to draw; every alias failed")
 

@@ -10,7 +10,8 @@ from llm_bench import __version__
 from llm_bench.chart import ChartError, draw_chart
 from llm_bench.client import ServerError
 from llm_bench.cli_common import apply_protocol_flags, log, protocol_options
-from llm_bench.plan import Plan, PlanError, Protocol, load_plan_file, plan_from_mapping
+from llm_bench.engines import ENGINES
+from llm_bench.plan import ApiKeySource, Plan, PlanError, Protocol, load_plan_file, plan_from_mapping
 from llm_bench.protocol import RunAborted, run_plan
 from llm_bench.report import find_baseline, load_rows, markdown_table
 from llm_bench.results import ResultsFileError
@@ -27,9 +28,16 @@ def main() -> None:
 @click.option("--alias", "aliases", multiple=True, help="Preset to measure; repeat for several (default: all).")
 @click.option("--label", help="Free-form label stored with the results, e.g. the engine or specialisation.")
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), help="Folder for results files.")
+@click.option("--engine", type=click.Choice(ENGINES),
+              help="llama-cpp: a llama.cpp router (default); openai: any OpenAI-compatible server.")
+@click.option("--api-key-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Read a Bearer API key from this file (never written to results or logs).")
+@click.option("--api-key-env", help="Read a Bearer API key from this environment variable.")
+@click.option("--metrics-url", help="Prometheus metrics of an OpenAI engine (default: URL/metrics).")
 @protocol_options
-def run(url, plan_file, aliases, label, output_dir, **flags) -> None:
-    """Measure presets of a llama.cpp router and write a new results file."""
+def run(url, plan_file, aliases, label, output_dir, engine, api_key_file, api_key_env, metrics_url,
+        **flags) -> None:
+    """Measure presets of a llama.cpp router (or models of an OpenAI server); write a new results file."""
     try:
         plan = plan_from_mapping(load_plan_file(plan_file), relative_to=plan_file.parent) if plan_file else Plan()
         plan = replace(
@@ -39,6 +47,9 @@ def run(url, plan_file, aliases, label, output_dir, **flags) -> None:
             label=label if label is not None else plan.label,
             output_dir=output_dir or plan.output_dir,
             protocol=apply_protocol_flags(plan.protocol, flags),
+            engine=engine or plan.engine,
+            api_key=ApiKeySource(api_key_file, api_key_env) if (api_key_file or api_key_env) else plan.api_key,
+            metrics_url=metrics_url or plan.metrics_url,
         )
         writer = run_plan(plan, log)
     except (PlanError, RunAborted, ServerError) as e:

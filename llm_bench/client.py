@@ -109,6 +109,14 @@ class StreamMeasurement:
         return None
 
     @property
+    def cached_tokens(self) -> int | None:
+        """Prompt tokens the server reused from its cache, where it says so."""
+        if self.timings and "cache_n" in self.timings:
+            return int(self.timings["cache_n"])
+        details = (self.usage or {}).get("prompt_tokens_details") or {}
+        return None if details.get("cached_tokens") is None else int(details["cached_tokens"])
+
+    @property
     def client_decode_tps(self) -> float | None:
         """Tokens after the first over the time from the first to the last token chunk."""
         tokens = self.output_tokens
@@ -280,12 +288,16 @@ class RouterClient(OpenAIClient):
 
 
 class StatusWatcher:
-    """Records a model's status transitions from the router's /models/sse event stream."""
+    """Records a model's status transitions from the router's /models/sse event stream.
 
-    def __init__(self, base_url: str, alias: str):
+    It stops by itself once the load has ended (loaded, or back to unloaded after a failure),
+    so that no event stream is left holding one of the router's connection threads.
+    """
+
+    def __init__(self, base_url: str, alias: str, headers: httpx.Headers | None = None):
         self.alias = alias
         self.transitions: list[str] = []
-        self._client = httpx.Client(base_url=base_url, timeout=httpx.Timeout(None, connect=5.0))
+        self._client = httpx.Client(base_url=base_url, headers=headers, timeout=httpx.Timeout(None, connect=5.0))
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -295,14 +307,18 @@ class StatusWatcher:
                 self._ready.set()
                 for payload in iter_sse_data(response.iter_lines()):
                     event = json.loads(payload)
-                    if event.get("model") == self.alias and event.get("event") in ("model_status", "status_change"):
-                        status = (event.get("data") or {}).get("status")
-                        if status and (not self.transitions or self.transitions[-1] != status):
-                            self.transitions.append(status)
+                    if event.get("model") != self.alias or event.get("event") not in ("model_status", "status_change"):
+                        continue
+                    status = (event.get("data") or {}).get("status")
+                    if status and (not self.transitions or self.transitions[-1] != status):
+                        self.transitions.append(status)
+                    if status == "loaded" or (status == "unloaded" and len(self.transitions) > 1):
+                        return
         except (httpx.HTTPError, json.JSONDecodeError, RuntimeError):
-            pass  # closing the client ends the stream; a router without SSE gives no transitions
+            pass  # a router without /models/sse gives no transitions
         finally:
             self._ready.set()
+            self._client.close()
 
     def __enter__(self) -> StatusWatcher:
         self._thread.start()
@@ -310,6 +326,4 @@ class StatusWatcher:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        time.sleep(0.05)  # let the last event in flight arrive
-        self._client.close()
-        self._thread.join(2.0)
+        self._thread.join(1.0)  # the load is over by now; its final event is at most in flight

@@ -6,14 +6,18 @@ command-line flags; a flag given on the command line wins over the plan.
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-DEFAULT_PROMPT = "coding"
+from llm_bench.engines import ENGINES
+
+DEFAULT_PROMPT = "code"
 DEFAULT_URL = "http://127.0.0.1:48123"
+WORKLOADS = ("protocol", "categories", "concurrency", "prefix-cache")
 
 
 class PlanError(ValueError):
@@ -42,8 +46,24 @@ class Protocol:
     strict: bool = False
     request_timeout_s: float = 600.0
     load_timeout_s: float = 900.0
+    workloads: tuple[str, ...] = ("protocol",)
+    categories: tuple[str, ...] = ("prose", "code", "json")
+    concurrency: tuple[int, ...] = (1, 2, 4, 8)
+    prefix_prompt_tokens: int = 11000
+    prefix_chars_per_token: float = 4.0
+    prefix_max_tokens: int = 32
 
     def __post_init__(self) -> None:
+        for name in ("workloads", "categories", "concurrency"):
+            value = getattr(self, name)
+            if isinstance(value, (str, int)):
+                raise PlanError(f"{name} must be a list, not {value!r}")
+            object.__setattr__(self, name, tuple(value))
+        unknown = [w for w in self.workloads if w not in WORKLOADS]
+        if unknown:
+            raise PlanError(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
+        if any(n < 1 for n in self.concurrency):
+            raise PlanError("concurrency levels must be at least 1")
         if self.max_tokens < 2:
             raise PlanError(f"max_tokens must be at least 2 to measure decode speed, not {self.max_tokens}")
         if self.runs < 1:
@@ -57,7 +77,38 @@ class Protocol:
     def to_toml(self) -> dict[str, Any]:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values["prompt_chars"] = len(values.pop("prompt"))
-        return values
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+
+
+@dataclass(frozen=True)
+class ApiKeySource:
+    """Where the API key comes from; only this (never the key) is kept in results."""
+
+    file: Path | None = None
+    env: str | None = None
+
+    def read(self) -> str | None:
+        if self.file is not None:
+            try:
+                key = self.file.read_text().strip()
+            except OSError as e:
+                raise PlanError(f"cannot read the API key file {self.file}: {e}") from e
+            if not key:
+                raise PlanError(f"the API key file {self.file} is empty")
+            return key
+        if self.env is not None:
+            key = os.environ.get(self.env, "").strip()
+            if not key:
+                raise PlanError(f"the environment variable {self.env} (API key) is not set or empty")
+            return key
+        return None
+
+    def describe(self) -> str | None:
+        if self.file is not None:
+            return f"file {self.file}"
+        if self.env is not None:
+            return f"environment {self.env}"
+        return None
 
 
 @dataclass(frozen=True)
@@ -67,10 +118,14 @@ class Plan:
     label: str = ""
     output_dir: Path = Path("results")
     protocol: Protocol = Protocol()
+    engine: str = "llama-cpp"
+    api_key: ApiKeySource = ApiKeySource()
+    metrics_url: str | None = None  # default: the server's /metrics
 
 
 PROTOCOL_KEYS = {f.name for f in fields(Protocol)} - {"prompt"}
-PLAN_KEYS = {"url", "aliases", "label", "output_dir", "protocol"}
+PLAN_KEYS = {"url", "aliases", "label", "output_dir", "protocol", "engine", "api_key_file", "api_key_env",
+             "metrics_url"}
 
 
 def _check_keys(where: str, given: dict[str, Any], allowed: set[str]) -> None:
@@ -118,10 +173,19 @@ def plan_from_mapping(data: dict[str, Any], *, relative_to: Path | None = None,
     output_dir = Path(data.get("output_dir", "results"))
     if relative_to is not None and not output_dir.is_absolute():
         output_dir = relative_to / output_dir
+    engine = str(data.get("engine", "llama-cpp"))
+    if engine not in ENGINES:
+        raise PlanError(f"plan: unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    key_file = data.get("api_key_file")
+    if key_file is not None and relative_to is not None and not Path(key_file).is_absolute():
+        key_file = relative_to / key_file
     return Plan(
         url=str(data.get("url", DEFAULT_URL)),
         aliases=tuple(aliases),
         label=str(data.get("label", "")),
         output_dir=output_dir,
         protocol=protocol,
+        engine=engine,
+        api_key=ApiKeySource(None if key_file is None else Path(key_file), data.get("api_key_env")),
+        metrics_url=data.get("metrics_url"),
     )

@@ -79,7 +79,7 @@ class Row:
 
 def load_rows(paths: Sequence[Path]) -> list[Row]:
     sets = [load_results(p) for p in paths]
-    labels = {s.meta.get("label", "") for s in sets}
+    labels = {r.target or s.meta.get("label", "") for s in sets for r in s.aliases}
     return rows_from_sets(sets, qualify=len(labels) > 1)
 
 
@@ -89,9 +89,14 @@ def rows_from_sets(sets: Sequence[ResultSet], qualify: bool) -> list[Row]:
     for result_set in sets:
         for record in result_set.aliases:
             label = record.target or result_set.meta.get("label", "")
-            name = f"{label} / {record.alias}" if qualify and label else record.alias
+            name = f"{label} / {record.configuration}" if qualify and label else record.configuration
             rows[name] = Row(name, record, label, record.engine or result_set.meta.get("engine", ""))
     return list(rows.values())
+
+
+def speed_rows(rows: Sequence[Row]) -> list[Row]:
+    """The rows the headline table and the chart compare: one stream at a time."""
+    return [r for r in rows if r.record.workload in ("protocol", "category")]
 
 
 def sort_fastest_first(rows: Sequence[Row]) -> list[Row]:
@@ -101,10 +106,14 @@ def sort_fastest_first(rows: Sequence[Row]) -> list[Row]:
 def find_baseline(rows: Sequence[Row], baseline: str | None) -> Row | None:
     if baseline is None:
         return None
-    for row in rows:
-        if baseline in (row.configuration, row.record.alias):
+    candidates = speed_rows(rows)
+    for row in candidates:
+        if baseline == row.configuration:
             return row
-    names = ", ".join(r.configuration for r in rows)
+    for row in candidates:
+        if baseline == row.record.alias and row.record.workload == "protocol":
+            return row
+    names = ", ".join(r.configuration for r in candidates)
     raise ValueError(f"baseline {baseline!r} is not among the configurations: {names}")
 
 
@@ -116,39 +125,94 @@ def context_of(record: AliasRecord) -> str:
     return preset_facts(record.preset_args).get("ctx", "-")
 
 
+def notes_of(record: AliasRecord) -> str:
+    notes = []
+    if record.errors:
+        notes.append("FAILED: " + "; ".join(record.errors))
+    if not record.comparable:
+        notes.append(f"not comparable: {record.not_comparable_reason}")
+    notes.extend(record.warnings)
+    return " ".join(notes).replace("|", "\\|").replace("\n", " ")
+
+
+def acceptance_text(record: AliasRecord) -> str:
+    spec = record.spec
+    if spec is None or not spec.draft_tokens:
+        return "-"
+    text = f"{spec.acceptance_rate:.1%}"
+    if spec.mean_acceptance_length is not None:
+        text += f" (len {spec.mean_acceptance_length:.2f})"
+    return text
+
+
+def _table(header: list[str], lines: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out.extend("| " + " | ".join(cells) + " |" for cells in lines)
+    return "\n".join(out) + "\n"
+
+
 def markdown_table(rows: Sequence[Row], baseline: Row | None = None) -> str:
-    header = ["Configuration", "Decode t/s", "min-max", "Client t/s", "Draft accept", "TTFT ms",
+    """The report's comparison table, then one table per extra workload that was measured."""
+    header = ["Configuration", "Engine", "Decode t/s", "min-max", "Client t/s", "Draft accept", "TTFT ms",
               "Cold load s", "Context", "Preset", "Notes"]
     if baseline is not None:
-        header.insert(2, f"vs {baseline.configuration}")
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    for row in sort_fastest_first(rows):
+        header.insert(3, f"vs {baseline.configuration}")
+    lines = []
+    for row in sort_fastest_first(speed_rows(rows)):
         r = row.record
         decode = r.summary("decode_tps")
         client = r.summary("client_decode_tps")
         ttft = r.summary("ttft_ms")
-        accept = r.draft_acceptance
-        notes = []
-        if r.errors:
-            notes.append("FAILED: " + "; ".join(r.errors))
-        if not r.comparable:
-            notes.append(f"not comparable: {r.not_comparable_reason}")
         cells = [
             row.configuration,
+            f"{r.engine} ({'server' if r.decode_source == 'server timings' else 'stream'})",
             _num(row.decode_tps),
             "-" if decode is None else f"{decode.min:.1f}-{decode.max:.1f}",
             _num(client.median if client else None),
-            "-" if accept is None else f"{accept:.1%}",
+            acceptance_text(r),
             _num(ttft.median if ttft else None, 0),
             _num(r.cold_load_s, 2),
             context_of(r),
             describe_preset(r.preset_args),
-            " ".join(notes).replace("|", "\\|").replace("\n", " "),
+            notes_of(r),
         ]
         if baseline is not None:
-            cells.insert(2, speedup_text(row, baseline))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+            cells.insert(3, speedup_text(row, baseline))
+        lines.append(cells)
+    parts = [_table(header, lines)] if lines else []
+    parts += [t for t in (concurrency_table(rows), prefix_cache_table(rows)) if t]
+    return "\n".join(parts)
+
+
+def concurrency_table(rows: Sequence[Row]) -> str:
+    chosen = sorted((r for r in rows if r.record.workload == "concurrency"),
+                    key=lambda r: (r.label, r.record.alias, r.record.concurrency or 0))
+    if not chosen:
+        return ""
+    header = ["Configuration", "Concurrent", "Total t/s", "Per-request t/s p50", "TTFT ms p50", "TTFT ms p90",
+              "TTFT ms p99", "Draft accept", "Notes"]
+    lines = [[row.configuration, str(r.concurrency), _num(r.total_tps), _num(r.percentile("decode_tps", 50)),
+              _num(r.percentile("ttft_ms", 50), 0), _num(r.percentile("ttft_ms", 90), 0),
+              _num(r.percentile("ttft_ms", 99), 0), acceptance_text(r), notes_of(r)]
+             for row in chosen for r in [row.record]]
+    return "### Concurrency\n\n" + _table(header, lines)
+
+
+def prefix_cache_table(rows: Sequence[Row]) -> str:
+    chosen = [r for r in rows if r.record.workload == "prefix-cache"]
+    if not chosen:
+        return ""
+    header = ["Configuration", "Prompt tokens", "TTFT cold ms", "TTFT repeated ms", "Speed-up", "Cache evidence",
+              "Notes"]
+    lines = []
+    for row in chosen:
+        r = row.record
+        cold, warm = r.prefix_cold_ttft_ms, r.prefix_warm_ttft_ms
+        ratio = f"{cold / warm:.1f}x" if cold and warm else "-"
+        prompt = str(r.runs[0].prompt_tokens) if r.runs and r.runs[0].prompt_tokens else "-"
+        lines.append([row.configuration, prompt, _num(cold, 0), _num(warm, 0), ratio, r.prefix_evidence or "-",
+                      notes_of(r)])
+    return "### Prefix caching\n\n" + _table(header, lines)
 
 
 def speedup(row: Row, baseline: Row) -> float | None:

@@ -17,6 +17,8 @@ from typing import Any
 
 import tomli_w
 
+from llm_bench.metrics import SpecCounters
+
 FORMAT = "llm-bench/1"
 
 
@@ -26,6 +28,7 @@ class RunRecord:
 
     ttft_ms: float | None = None
     decode_tps: float | None = None
+    server_decode_tps: float | None = None
     decode_ms: float | None = None
     client_decode_tps: float | None = None
     prompt_tps: float | None = None
@@ -36,6 +39,7 @@ class RunRecord:
     draft_n: int | None = None
     draft_n_accepted: int | None = None
     wall_s: float | None = None
+    cache_n: int | None = None
 
 
 @dataclass
@@ -54,9 +58,15 @@ class Summary:
 
 @dataclass
 class AliasRecord:
+    """One configuration under one workload: the unit of the results file and of the table."""
+
     alias: str
     target: str = ""
     engine: str = "llama-cpp"
+    workload: str = "protocol"
+    category: str | None = None
+    concurrency: int | None = None
+    decode_source: str = "server timings"
     comparable: bool = True
     not_comparable_reason: str | None = None
     vram_used_mib_before: list[float] | None = None
@@ -65,53 +75,96 @@ class AliasRecord:
     server_build: str | None = None
     cold_load_s: float | None = None
     load_transitions: list[str] = field(default_factory=list)
+    spec: SpecCounters | None = None
+    total_tps: float | None = None
+    prefix_cold_ttft_ms: float | None = None
+    prefix_warm_ttft_ms: float | None = None
+    prefix_cached_tokens: int | None = None
+    prefix_evidence: str | None = None
     runs: list[RunRecord] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     unloaded_after: bool | None = None
+
+    @property
+    def configuration(self) -> str:
+        if self.category:
+            return f"{self.alias} [{self.category}]"
+        if self.concurrency is not None:
+            return f"{self.alias} [x{self.concurrency}]"
+        if self.workload == "prefix-cache":
+            return f"{self.alias} [prefix-cache]"
+        return self.alias
 
     def summary(self, metric: str) -> Summary | None:
         return Summary.of([getattr(run, metric) for run in self.runs])
 
+    def percentile(self, metric: str, q: float) -> float | None:
+        values = sorted(v for v in (getattr(run, metric) for run in self.runs) if v is not None)
+        return percentile(values, q) if values else None
+
     @property
     def draft_acceptance(self) -> float | None:
-        drafted = sum(r.draft_n or 0 for r in self.runs)
-        accepted = sum(r.draft_n_accepted or 0 for r in self.runs)
-        return accepted / drafted if drafted else None
+        return None if self.spec is None else self.spec.acceptance_rate
 
     def to_toml(self) -> dict[str, Any]:
-        record: dict[str, Any] = {"alias": self.alias, "target": self.target, "engine": self.engine}
-        for metric, key in (("decode_tps", "decode_tps"), ("client_decode_tps", "client_decode_tps"),
-                            ("ttft_ms", "ttft_ms"), ("prompt_tps", "prompt_tps")):
+        record: dict[str, Any] = {"alias": self.alias, "target": self.target, "engine": self.engine,
+                                  "workload": self.workload}
+        for metric in ("decode_tps", "client_decode_tps", "ttft_ms", "prompt_tps"):
             s = self.summary(metric)
             if s is not None:
-                record[f"{key}_median"] = s.median
-                record[f"{key}_min"] = s.min
-                record[f"{key}_max"] = s.max
-        if self.draft_acceptance is not None:
-            record["draft_acceptance"] = self.draft_acceptance
-            record["draft_n"] = sum(r.draft_n or 0 for r in self.runs)
-            record["draft_n_accepted"] = sum(r.draft_n_accepted or 0 for r in self.runs)
-        if self.cold_load_s is not None:
-            record["cold_load_s"] = self.cold_load_s
+                record[f"{metric}_median"] = s.median
+                record[f"{metric}_min"] = s.min
+                record[f"{metric}_max"] = s.max
+        if self.concurrency is not None:
+            for q in (50, 90, 99):
+                for metric in ("ttft_ms", "decode_tps"):
+                    value = self.percentile(metric, q)
+                    if value is not None:
+                        record[f"{metric}_p{q}"] = value
+        if self.spec is not None and self.spec.draft_tokens:
+            record.update(_drop_none({
+                "draft_acceptance": self.spec.acceptance_rate,
+                "draft_n": int(self.spec.draft_tokens),
+                "draft_n_accepted": int(self.spec.accepted_tokens),
+                "draft_rounds": None if self.spec.drafts is None else int(self.spec.drafts),
+                "mean_acceptance_length": self.spec.mean_acceptance_length,
+                "acceptance_per_position": list(self.spec.per_position_rates) or None,
+            }))
         for key in ("prompt_tokens", "output_tokens"):
             s = self.summary(key)
             if s is not None:
                 record[key] = int(s.median)
         record["comparable"] = self.comparable
-        rest = asdict(self)
-        for key in ("alias", "target", "engine", "comparable", "runs"):
-            rest.pop(key)
+        rest = {k: getattr(self, k) for k in self.__dataclass_fields__
+                if k not in record and k not in ("runs", "spec")}
         record.update(_drop_none(rest))
         record["runs"] = [_drop_none(asdict(run)) for run in self.runs]
         return record
 
     @classmethod
     def from_toml(cls, data: dict[str, Any]) -> AliasRecord:
-        names = {f for f in cls.__dataclass_fields__}
-        fields = {k: v for k, v in data.items() if k in names and k != "runs"}
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k not in ("runs", "spec")}
         run_names = RunRecord.__dataclass_fields__
         runs = [RunRecord(**{k: v for k, v in r.items() if k in run_names}) for r in data.get("runs", [])]
-        return cls(**fields, runs=runs)
+        spec = None
+        if "draft_n" in data:
+            rates = data.get("acceptance_per_position", [])
+            drafts = data.get("draft_rounds")
+            spec = SpecCounters(float(data["draft_n"]), float(data["draft_n_accepted"]),
+                                None if drafts is None else float(drafts),
+                                tuple(r * drafts for r in rates) if drafts else ())
+        return cls(**fields, runs=runs, spec=spec)
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    position = (len(sorted_values) - 1) * q / 100.0
+    low = int(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
 
 
 def _drop_none(data: dict[str, Any]) -> dict[str, Any]:
@@ -150,7 +203,10 @@ class ResultsWriter:
         raise RuntimeError(f"could not find a free results file name for {stem} in {output_dir}")
 
     def add(self, record: AliasRecord) -> None:
-        self.result_set.aliases.append(record)
+        self.extend([record])
+
+    def extend(self, records: list[AliasRecord]) -> None:
+        self.result_set.aliases.extend(records)
         self.flush()
 
     def finish(self, finished_at: datetime) -> None:

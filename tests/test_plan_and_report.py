@@ -55,7 +55,7 @@ def test_bad_plan_on_the_command_line_exits_nonzero(tmp_path):
 
 
 def test_unknown_shipped_prompt():
-    with pytest.raises(PlanError, match="coding, json, prose"):
+    with pytest.raises(PlanError, match="code, json, prose"):
         shipped_prompt("nope")
 
 

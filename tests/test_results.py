@@ -10,19 +10,18 @@ from llm_bench.results import (
     ResultsWriter,
     RunRecord,
     load_results,
+    percentile,
     results_stem,
 )
+from llm_bench.workloads import spec_from_runs
 
 
 def record() -> AliasRecord:
-    return AliasRecord(
-        alias="a",
-        runs=[RunRecord(decode_tps=10.0, ttft_ms=5, draft_n=10, draft_n_accepted=4, output_tokens=64),
-              RunRecord(decode_tps=30.0, ttft_ms=7, draft_n=10, draft_n_accepted=6, output_tokens=64),
-              RunRecord(decode_tps=20.0, ttft_ms=6, output_tokens=64)],
-        vram_unavailable="pynvml is not installed",
-        cold_load_s=1.5,
-    )
+    runs = [RunRecord(decode_tps=10.0, ttft_ms=5, draft_n=10, draft_n_accepted=4, output_tokens=64),
+            RunRecord(decode_tps=30.0, ttft_ms=7, draft_n=10, draft_n_accepted=6, output_tokens=64),
+            RunRecord(decode_tps=20.0, ttft_ms=6, output_tokens=64)]
+    return AliasRecord(alias="a", runs=runs, spec=spec_from_runs(runs),
+                       vram_unavailable="pynvml is not installed", cold_load_s=1.5)
 
 
 def test_summary_fields_and_absent_figures(tmp_path):
@@ -76,3 +75,9 @@ def test_not_a_results_file(tmp_path):
     path.write_text("a = \n")
     with pytest.raises(ResultsFileError, match="not valid TOML"):
         load_results(path)
+
+
+def test_percentile_interpolates_like_numpy():
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert percentile([1.0, 2.0, 3.0, 4.0], 90) == pytest.approx(3.7)
+    assert percentile([5.0], 99) == 5.0
