@@ -266,3 +266,21 @@ def test_hyperqwen_refuses_docker_without_cdi() -> None:
     out = evaluate('{ llmBench.hyperqwen.enable = true; virtualisation.docker.package = { version = "24.0.9"; outPath = "/x"; }; }')
     (message,) = out["failedAssertions"]
     assert "Docker 24.0.9" in message and ">= 25" in message
+
+
+def test_option_documentation_evaluates() -> None:
+    """The manual's view of the options (descriptions, defaults, examples) evaluates."""
+    lib = nixpkgs_lib()
+    harness = f"(import {HARNESS} {{ libPath = {lib}; }})"
+    expr = f"""
+      let
+        h = {harness};
+        o = (h.eval [ ({VLLM}) ({HYPERQWEN}) ({EXTRA_STUBS}) ]).options;
+        docs = h.lib.optionAttrSetToDocList {{ services.vllm = o.services.vllm; llmBench = o.llmBench; }};
+      in map (d: {{ inherit (d) name description; default = d.default or null; example = d.example or null; }})
+        (builtins.filter (d: d.visible) docs)
+    """
+    docs = {d["name"]: d for d in nix_eval(expr)}  # type: ignore[union-attr]
+    assert "services.vllm.speculativeConfig" in docs and "llmBench.hyperqwen.unit.directory" in docs
+    assert all(d["description"] for d in docs.values())
+    assert docs["services.vllm.enforceEager"]["default"] == {"_type": "literalExpression", "text": "false"}
