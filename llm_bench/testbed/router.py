@@ -88,7 +88,8 @@ def start_router(
                 f"({log_path}) ends with:\n{router.log()[-2000:]}"
             )
         try:
-            if httpx.get(f"{router.url}/models", timeout=2).status_code == 200:
+            # 401: up, and guarded by --api-key
+            if httpx.get(f"{router.url}/models", timeout=2).status_code in (200, 401):
                 return router
         except httpx.TransportError:
             pass

@@ -1,0 +1,183 @@
+"""A small local HTTP server that speaks vLLM's wire format, for what no server here can produce.
+
+It streams OpenAI chat-completion chunks the way vLLM and HyperQwen do: a role-only first
+chunk, ``: keep-alive`` comment lines, several tokens in one chunk (speculative decoding), a
+usage chunk and ``[DONE]``; and it serves Prometheus ``/metrics`` whose spec-decode and
+prefix-cache counters grow with every request.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from llm_bench.testbed.router import free_port
+
+
+@dataclass
+class FakeVllmConfig:
+    model: str = "Qwen/Qwen3.8-27B"
+    tokens_per_chunk: int = 3  # accepted drafts arrive together
+    chunk_interval_s: float = 0.002
+    draft_len: int = 4  # draft tokens proposed per round
+    accepted_per_round: int = 2  # 0: the acceptance trap
+    cut_after_chunks: int | None = None  # drop the connection mid-stream
+    api_key: str | None = None
+    prefix_cache: bool = True
+    cached_tokens_in_usage: bool = False  # vLLM says so only with --enable-prompt-tokens-details
+
+
+@dataclass
+class FakeVllmState:
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted: int = 0
+    per_pos: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
+    prefix_queries: int = 0
+    prefix_hits: int = 0
+    seen_prompts: set[str] = field(default_factory=set)
+    auth_headers: list[str | None] = field(default_factory=list)
+
+
+class FakeVllm:
+    def __init__(self, config: FakeVllmConfig | None = None):
+        self.config = config or FakeVllmConfig()
+        self.state = FakeVllmState()
+        self.lock = threading.Lock()
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeVllm:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def metrics_text(self) -> str:
+        s, m = self.state, self.config.model
+        labels = f'engine="0",model_name="{m}"'
+        lines = [
+            "# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.",
+            "# TYPE vllm:spec_decode_num_drafts_total counter",
+            f"vllm:spec_decode_num_drafts_total{{{labels}}} {float(s.drafts)}",
+            f"vllm:spec_decode_num_drafts_created{{{labels}}} 1.7903319581771543e+09",
+            f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} {float(s.draft_tokens)}",
+            f"vllm:spec_decode_num_draft_tokens_created{{{labels}}} 1.790331958177178e+09",
+            f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} {float(s.accepted)}",
+            f"vllm:spec_decode_num_accepted_tokens_created{{{labels}}} 1.7903319581771958e+09",
+        ]
+        lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{i}"}} {float(v)}'
+                  for i, v in enumerate(s.per_pos)]
+        lines += [
+            f"vllm:prefix_cache_queries_total{{{labels}}} {float(s.prefix_queries)}",
+            f"vllm:prefix_cache_hits_total{{{labels}}} {float(s.prefix_hits)}",
+        ]
+        return "\n".join(lines) + "\n"
+
+    def _handler(self):
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def _json(self, status: int, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _authorised(self) -> bool:
+                header = self.headers.get("Authorization")
+                fake.state.auth_headers.append(header)
+                if fake.config.api_key and header != f"Bearer {fake.config.api_key}":
+                    self._json(401, {"error": {"message": "Unauthorized", "type": "invalid_request_error"}})
+                    return False
+                return True
+
+            def do_GET(self) -> None:
+                if self.path == "/metrics":
+                    data = fake.metrics_text().encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain; version=0.0.4")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                elif self.path == "/v1/models":
+                    if self._authorised():
+                        self._json(200, {"object": "list", "data": [{"id": fake.config.model, "object": "model"}]})
+                else:
+                    self._json(404, {"error": {"message": "Not Found"}})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if not self._authorised():
+                    return
+                if body.get("model") != fake.config.model:
+                    self._json(404, {"error": {"message": f"The model `{body.get('model')}` does not exist."}})
+                    return
+                fake._stream(self, body)
+
+        return Handler
+
+    def _stream(self, handler: BaseHTTPRequestHandler, body: dict) -> None:
+        cfg = self.config
+        n_tokens = int(body["max_tokens"])
+        prompt = body["messages"][-1]["content"]
+        prompt_tokens = max(1, len(prompt) // 4)
+        with self.lock:
+            cached = prompt_tokens if (cfg.prefix_cache and prompt in self.state.seen_prompts) else 0
+            self.state.seen_prompts.add(prompt)
+            self.state.prefix_queries += prompt_tokens
+            self.state.prefix_hits += cached
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.end_headers()
+
+        def send(text: str) -> None:
+            handler.wfile.write(text.encode())
+            handler.wfile.flush()
+
+        def chunk(delta: dict, finish: str | None = None) -> str:
+            payload = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": cfg.model,
+                       "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+            return f"data: {json.dumps(payload)}\n\n"
+
+        send(": keep-alive\n\n")
+        send(chunk({"role": "assistant", "content": ""}))
+        time.sleep(0.01 if cached else 0.01 + prompt_tokens * 2e-5)  # a cache hit skips the prefill
+        sent, chunks = 0, 0
+        while sent < n_tokens:
+            if cfg.cut_after_chunks is not None and chunks >= cfg.cut_after_chunks:
+                return  # the connection drops with no finish reason
+            k = min(cfg.tokens_per_chunk, n_tokens - sent)
+            sent += k
+            chunks += 1
+            finish = "length" if sent >= n_tokens else None
+            send(chunk({"content": "tok " * k}, finish))
+            if chunks % 5 == 0:
+                send(": keep-alive\n\n")
+            time.sleep(cfg.chunk_interval_s)
+        rounds = n_tokens // (1 + cfg.accepted_per_round)
+        with self.lock:
+            self.state.drafts += rounds
+            self.state.draft_tokens += rounds * cfg.draft_len
+            self.state.accepted += rounds * cfg.accepted_per_round
+            for i in range(cfg.accepted_per_round):
+                self.state.per_pos[i] += rounds
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n_tokens,
+                 "total_tokens": prompt_tokens + n_tokens,
+                 "prompt_tokens_details": {"cached_tokens": cached} if cfg.cached_tokens_in_usage else None}
+        send(f"data: {json.dumps({'id': 'chatcmpl-fake', 'object': 'chat.completion.chunk', 'choices': [], 'usage': usage})}\n\n")
+        send("data: [DONE]\n\n")
