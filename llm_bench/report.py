@@ -224,3 +224,33 @@ def speedup(row: Row, baseline: Row) -> float | None:
 def speedup_text(row: Row, baseline: Row) -> str:
     value = speedup(row, baseline)
     return "-" if value is None else f"{value:.2f}x"
+
+
+def summary(rows: Sequence[Row], baseline: Row | None, failures: dict[str, str] | None = None) -> str:
+    """The few lines a person wants first: the winner per engine, and what not to trust."""
+    lines = ["## Summary", ""]
+    measured = [r for r in speed_rows(rows) if r.decode_tps is not None and not r.record.errors]
+    by_engine: dict[str, Row] = {}
+    for row in sort_fastest_first(measured):
+        by_engine.setdefault(row.engine, row)
+    for engine, row in by_engine.items():
+        versus = ""
+        if baseline is not None:
+            versus = f", {speedup_text(row, baseline)} the baseline {baseline.configuration}"
+        lines.append(f"- fastest on {engine}: **{row.configuration}**, {row.decode_tps:.1f} t/s{versus}")
+    if baseline is not None:
+        lines.append(f"- baseline: {baseline.configuration}, {_num(baseline.decode_tps)} t/s")
+    suspect = [r for r in rows if not r.record.comparable]
+    if suspect:
+        lines += ["", "Not comparable:"]
+        lines += [f"- {r.configuration}: {r.record.not_comparable_reason}" for r in suspect]
+    warned = [r for r in rows if r.record.warnings]
+    if warned:
+        lines += ["", "Warnings:"]
+        lines += [f"- {r.configuration}: {w}" for r in warned for w in r.record.warnings]
+    failed = [r for r in rows if r.record.errors]
+    if failed or failures:
+        lines += ["", "Failed:"]
+        lines += [f"- {r.configuration}: {'; '.join(r.record.errors)}" for r in failed]
+        lines += [f"- target {name}: {message}" for name, message in (failures or {}).items()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,323 @@
+"""One command for the report's comparison: every specialisation (and other engines) in turn.
+
+For each target the sweep switches the machine to it, checks from the marker under /etc that
+the expected build is the one serving, measures its presets with the ``run`` protocol, and in
+the end, on a failure or on Ctrl-C, switches back to the configuration that was active when it
+started. Results accumulate in one folder; a sweep started again on the same folder measures
+only what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from llm_bench.engine_switch import EngineSide, RouterSide, SwitchError, bring_up, tear_down
+from llm_bench.plan import (
+    DEFAULT_URL,
+    ApiKeySource,
+    Plan,
+    PlanError,
+    Protocol,
+    protocol_from_mapping,
+)
+from llm_bench.protocol import RunAborted, run_plan
+from llm_bench.results import FORMAT, ResultSet, ResultsWriter, load_results
+
+Log = Callable[[str], None]
+
+MARKER_FORMAT = "llm-bench-llama-cpp-active/1"
+DEFAULT_MARKER = Path("/etc/llama-cpp/active.json")
+# After one switch, /run/current-system is the specialisation itself, which has no
+# specialisation/ folder; the system profile always holds the base and all its specialisations.
+DEFAULT_SYSTEM = "/nix/var/nix/profiles/system"
+DEFAULT_SWITCH = "{system_path}/bin/switch-to-configuration test"
+BASE = "base"
+
+
+class SweepError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    engine: str = "llama-cpp"
+    specialisation: str = BASE
+    presets: tuple[str, ...] = ()  # empty: every preset the router lists
+    expect_package: str | None = None
+    switch_command: str | None = None
+    # openai targets
+    url: str | None = None
+    up_command: str | None = None
+    down_command: str | None = None
+    workdir: Path | None = None
+    model: str | None = None
+    router_mode: str = "unload"
+    api_key: ApiKeySource = ApiKeySource()
+    ready_timeout_s: float = 1800.0
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    targets: tuple[Target, ...]
+    output_dir: Path
+    protocol: Protocol = Protocol()
+    url: str = DEFAULT_URL
+    marker: Path = DEFAULT_MARKER
+    system: str = DEFAULT_SYSTEM
+    switch_command: str = DEFAULT_SWITCH
+    unit: str = "llama-cpp.service"
+    switch_timeout_s: float = 600.0
+    baseline: str | None = None
+
+
+TARGET_KEYS = {f for f in Target.__dataclass_fields__} - {"api_key"} | {"api_key_file", "api_key_env"}
+SWEEP_KEYS = {"targets", "output_dir", "protocol", "url", "marker", "system", "switch_command", "unit",
+              "switch_timeout_s", "baseline"}
+
+
+def _target(data: dict[str, Any], relative_to: Path) -> Target:
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise PlanError("every [[targets]] entry needs a name")
+    unknown = sorted(set(data) - TARGET_KEYS)
+    if unknown:
+        raise PlanError(f"target {name!r}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(TARGET_KEYS))}")
+    values = {k: v for k, v in data.items() if k not in ("api_key_file", "api_key_env")}
+    values["presets"] = tuple(values.get("presets", ()))
+    if "workdir" in values:
+        values["workdir"] = relative_to / values["workdir"]
+    key_file = data.get("api_key_file")
+    values["api_key"] = ApiKeySource(None if key_file is None else relative_to / key_file, data.get("api_key_env"))
+    target = Target(**values)
+    if target.engine == "openai":
+        missing = [k for k in ("url", "up_command", "down_command") if not getattr(target, k)]
+        if missing:
+            raise PlanError(f"target {name!r} (engine openai) needs {', '.join(missing)}")
+    elif target.engine != "llama-cpp":
+        raise PlanError(f"target {name!r}: engine must be llama-cpp or openai, not {target.engine!r}")
+    return target
+
+
+def sweep_plan_from_mapping(data: dict[str, Any], relative_to: Path) -> SweepPlan:
+    unknown = sorted(set(data) - SWEEP_KEYS)
+    if unknown:
+        raise PlanError(f"sweep plan: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(SWEEP_KEYS))}")
+    targets = tuple(_target(t, relative_to) for t in data.get("targets", []))
+    if not targets:
+        raise PlanError("sweep plan: no [[targets]]; name at least one specialisation or engine")
+    names = [t.name for t in targets]
+    if len(set(names)) != len(names):
+        raise PlanError(f"sweep plan: target names must be unique, got {', '.join(names)}")
+    return SweepPlan(
+        targets=targets,
+        output_dir=relative_to / data.get("output_dir", "sweep-results"),
+        protocol=protocol_from_mapping(data.get("protocol", {}), relative_to=relative_to),
+        url=data.get("url", DEFAULT_URL),
+        marker=Path(data.get("marker", DEFAULT_MARKER)),
+        system=data.get("system", DEFAULT_SYSTEM),
+        switch_command=data.get("switch_command", DEFAULT_SWITCH),
+        unit=data.get("unit", "llama-cpp.service"),
+        switch_timeout_s=float(data.get("switch_timeout_s", 600.0)),
+        baseline=data.get("baseline"),
+    )
+
+
+# --- the machine's state ---------------------------------------------------------------------
+
+def read_marker(path: Path) -> dict[str, Any]:
+    try:
+        marker = json.loads(path.read_text())
+    except FileNotFoundError as e:
+        raise SweepError(f"no marker at {path}: is the llm-bench llama-cpp NixOS module active on this machine? "
+                         "(set `marker` in the sweep plan if it lives elsewhere)") from e
+    except json.JSONDecodeError as e:
+        raise SweepError(f"the marker {path} is not JSON: {e}") from e
+    if marker.get("format") != MARKER_FORMAT:
+        raise SweepError(f"the marker {path} has format {marker.get('format')!r}, expected {MARKER_FORMAT!r}")
+    return marker
+
+
+def switch_command(plan: SweepPlan, specialisation: str, override: str | None = None) -> str:
+    system_path = plan.system if specialisation == BASE else f"{plan.system}/specialisation/{specialisation}"
+    return (override or plan.switch_command).format(system_path=system_path, system=plan.system,
+                                                     specialisation=specialisation)
+
+
+def _router_answers(url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"{url.rstrip('/')}/models", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _unit_active(unit: str) -> bool:
+    if not unit or shutil.which("systemctl") is None:
+        return True
+    return subprocess.run(["systemctl", "is-active", "--quiet", unit]).returncode == 0
+
+
+def switch_to(plan: SweepPlan, specialisation: str, log: Log, override: str | None = None,
+              expect_package: str | None = None) -> dict[str, Any]:
+    """Run the switch, wait for the unit and the router, and return the marker once it is the expected one."""
+    command = switch_command(plan, specialisation, override)
+    log(f"switching to {specialisation}: {command}")
+    done = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=plan.switch_timeout_s)
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr).strip()[-1500:]
+        raise SweepError(f"switching to {specialisation} failed (exit {done.returncode}): {command}\n{tail}")
+    deadline = time.monotonic() + plan.switch_timeout_s
+    while not (_unit_active(plan.unit) and _router_answers(plan.url)):
+        if time.monotonic() > deadline:
+            raise SweepError(f"after switching to {specialisation}, {plan.unit or 'the router'} did not answer "
+                             f"on {plan.url} within {plan.switch_timeout_s:.0f} s")
+        time.sleep(1.0)
+    marker = read_marker(plan.marker)
+    if marker.get("specialisation") != specialisation:
+        raise SweepError(f"refusing to measure: expected specialisation {specialisation!r} after the switch, but "
+                         f"{plan.marker} says {marker.get('specialisation')!r}")
+    package = (marker.get("package") or {}).get("name")
+    if expect_package and package != expect_package:
+        raise SweepError(f"refusing to measure: {specialisation!r} should serve llama.cpp package "
+                         f"{expect_package!r}, but {plan.marker} says {package!r}")
+    log(f"active: {specialisation}, {package} {(marker.get('package') or {}).get('version', '')}".rstrip())
+    return marker
+
+
+# --- resuming --------------------------------------------------------------------------------
+
+def measured_sets(output_dir: Path) -> list[ResultSet]:
+    """Every run results file of the sweep folder, oldest first (merged sets excluded)."""
+    sets = []
+    for path in sorted(output_dir.glob("llm-bench-*.toml")):
+        result_set = load_results(path)
+        if not result_set.meta.get("sweep_merged"):
+            sets.append(result_set)
+    return sets
+
+
+def done_configurations(sets: list[ResultSet]) -> set[tuple[str, str]]:
+    return {(r.target, r.alias) for s in sets for r in s.aliases if r.runs and not r.errors}
+
+
+# --- the sweep -------------------------------------------------------------------------------
+
+@dataclass
+class SweepOutcome:
+    merged: Path | None = None
+    failures: dict[str, str] = field(default_factory=dict)
+    measured: list[Path] = field(default_factory=list)
+
+
+def _measure_llama(plan: SweepPlan, target: Target, done: set[tuple[str, str]], log: Log) -> Path | None:
+    wanted = target.presets
+    if wanted and all((target.name, a) in done for a in wanted):
+        log(f"target {target.name}: every preset already measured, skipping")
+        return None
+    marker = switch_to(plan, target.specialisation, log, target.switch_command, target.expect_package)
+    aliases = wanted or tuple(marker.get("presets") or ())
+    todo = tuple(a for a in aliases if (target.name, a) not in done)
+    if aliases and not todo:
+        log(f"target {target.name}: every preset already measured")
+        return None
+    skipped = len(aliases) - len(todo)
+    if skipped:
+        log(f"target {target.name}: {skipped} preset(s) already measured, resuming with {', '.join(todo)}")
+    run = Plan(url=plan.url, aliases=todo, label=target.name, output_dir=plan.output_dir, protocol=plan.protocol)
+    return run_plan(run, log, target=target.name).path
+
+
+def _measure_openai(plan: SweepPlan, target: Target, done: set[tuple[str, str]], log: Log) -> Path | None:
+    if target.model and (target.name, target.model) in done:
+        log(f"target {target.name}: already measured, skipping")
+        return None
+    api_key = target.api_key.read()
+    engine = EngineSide(url=target.url, up_command=target.up_command, down_command=target.down_command,
+                        model=target.model, workdir=target.workdir, api_key=api_key, name=target.name,
+                        ready_timeout_s=target.ready_timeout_s)
+    router = RouterSide(url=plan.url, mode=target.router_mode)
+    try:
+        started = bring_up(engine, router, log)
+    except SwitchError as e:
+        raise SweepError(str(e)) from e
+    try:
+        run = Plan(url=target.url, aliases=(started.model,), label=target.name, output_dir=plan.output_dir,
+                   protocol=replace(plan.protocol, unload_after=False), engine="openai", api_key=target.api_key)
+        return run_plan(run, log, target=target.name).path
+    finally:
+        tear_down(engine, router, started.router, log)
+
+
+def run_sweep(plan: SweepPlan, log: Log) -> SweepOutcome:
+    original = read_marker(plan.marker).get("specialisation", BASE)
+    log(f"sweep of {len(plan.targets)} target(s); active now: {original}; results in {plan.output_dir}")
+    plan.output_dir.mkdir(parents=True, exist_ok=True)
+    done = done_configurations(measured_sets(plan.output_dir))
+    if done:
+        log(f"resuming: {len(done)} configuration(s) already measured in {plan.output_dir}")
+    outcome = SweepOutcome()
+    try:
+        for target in plan.targets:
+            log(f"== target {target.name} ({target.engine})")
+            try:
+                measure = _measure_openai if target.engine == "openai" else _measure_llama
+                path = measure(plan, target, done, log)
+                if path is not None:
+                    outcome.measured.append(path)
+            except (SweepError, RunAborted, PlanError) as e:
+                outcome.failures[target.name] = str(e)
+                log(f"target {target.name} FAILED: {e}")
+    finally:
+        _switch_back(plan, original, log)
+    outcome.merged = write_merged(plan, log)
+    return outcome
+
+
+def _switch_back(plan: SweepPlan, original: str, log: Log) -> None:
+    try:
+        current = read_marker(plan.marker).get("specialisation")
+    except SweepError:
+        current = None
+    if current == original:
+        log(f"already back on {original}")
+        return
+    override = next((t.switch_command for t in plan.targets
+                     if t.engine == "llama-cpp" and t.specialisation == original and t.switch_command), None)
+    log(f"switching back to {original}, the configuration active when the sweep started")
+    switch_to(plan, original, log, override)
+
+
+def default_baseline(plan: SweepPlan) -> str | None:
+    """The control: the first preset of the base system's target, unless the plan names one."""
+    if plan.baseline:
+        return plan.baseline
+    for t in plan.targets:
+        if t.engine == "llama-cpp" and t.specialisation == BASE and t.presets:
+            return f"{t.name} / {t.presets[0]}"
+    return None
+
+
+def write_merged(plan: SweepPlan, log: Log) -> Path | None:
+    sets = measured_sets(plan.output_dir)
+    if not sets:
+        return None
+    now = datetime.now(timezone.utc)
+    meta = {"format": FORMAT, "sweep_merged": True, "label": "sweep", "created_at": now.isoformat(timespec="seconds"),
+            "targets": [t.name for t in plan.targets], "sources": [s.meta.get("started_at", "") for s in sets],
+            "protocol": plan.protocol.to_toml(), "complete": True}
+    latest = {(r.target, r.configuration): r for s in sets for r in s.aliases}  # a later attempt replaces
+    records = list(latest.values())
+    writer = ResultsWriter(plan.output_dir, ResultSet(meta, []), f"llm-bench-sweep-{now.strftime('%Y%m%d-%H%M%S')}-merged")
+    writer.extend(records)
+    log(f"merged results: {writer.path}")
+    return writer.path

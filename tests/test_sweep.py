@@ -1,0 +1,211 @@
+"""llm-bench sweep over three "specialisations" of the real test-bed router and an OpenAI engine.
+
+The switch command (tests/switchbed/switch.py) changes the real router the way a NixOS
+specialisation does: another presets INI, a restart of llama-server, a new marker file.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from llm_bench.cli import main
+from llm_bench.demo import write_demo_bed
+from llm_bench.plan import load_plan_file
+from llm_bench.sweep import run_sweep, sweep_plan_from_mapping
+from llm_bench.testbed.presets import render_presets_ini
+from llm_bench.testbed.router import free_port
+from tests.fake_vllm import FakeVllm
+
+SWITCH = Path(__file__).parent / "switchbed" / "switch.py"
+
+
+class Bed:
+    def __init__(self, root: Path, binary: Path):
+        self.state = root / "state"
+        self.state.mkdir()
+        self.port = free_port()
+        (self.state / "llama_server").write_text(str(binary))
+        (self.state / "port").write_text(str(self.port))
+        models = write_demo_bed(root / "bed").parent / "models"
+        target, draft = models / "tiny-target.gguf", models / "tiny-draft.gguf"
+        self.inis = {
+            "base": {"tiny-plain": {"model": str(target)}, "tiny-ngram": {"model": str(target),
+                                                                          "spec-type": "ngram-simple"}},
+            "llm-fa86": {"tiny-plain": {"model": str(target)},
+                         "tiny-synth": {"model": str(target), "spec-type": "draft-simple", "model-draft": str(draft),
+                                        "spec-draft-n-max": 4, "spec-synth-len": 3}},
+            "llm-llamampere": {"ampere-none": {"model": str(target), "spec-type": "none"}},
+        }
+        for name in self.inis:
+            self.write_ini(name)
+        self.plan_path = root / "sweep.toml"
+
+    def write_ini(self, name: str) -> None:
+        presets = {"*": {"ctx-size": 2048}, **self.inis[name]}
+        (self.state / f"{name}.ini").write_text(render_presets_ini(presets))
+
+    def switch(self, name: str) -> None:
+        subprocess.run([sys.executable, str(SWITCH), str(self.state), name], check=True)
+
+    def active(self) -> str:
+        return json.loads((self.state / "active.json").read_text())["specialisation"]
+
+    def write_plan(self, targets: str, extra: str = "") -> Path:
+        self.plan_path.write_text(f"""
+output_dir = "out"
+url = "http://127.0.0.1:{self.port}"
+marker = "{self.state / 'active.json'}"
+unit = ""
+switch_command = "{sys.executable} {SWITCH} {self.state} {{specialisation}}"
+switch_timeout_s = 60
+baseline = "base / tiny-plain"
+{extra}
+[protocol]
+max_tokens = 32
+runs = 2
+{targets}
+""")
+        return self.plan_path
+
+    def stop(self) -> None:
+        from tests.switchbed.switch import stop_running
+
+        stop_running(self.state)
+
+
+THREE_TARGETS = """
+[[targets]]
+name = "base"
+specialisation = "base"
+presets = ["tiny-plain", "tiny-ngram"]
+
+[[targets]]
+name = "llm-llamampere"
+specialisation = "llm-llamampere"
+expect_package = "llama-cpp-llm-llamampere"
+
+[[targets]]
+name = "llm-fa86"
+specialisation = "llm-fa86"
+"""
+
+
+@pytest.fixture
+def bed(tmp_path, llama_server_bin):
+    bed = Bed(tmp_path, llama_server_bin)
+    bed.switch("llm-fa86")  # the sweep must come back to this
+    yield bed
+    bed.stop()
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def merged(out: Path) -> dict:
+    (path,) = out.glob("llm-bench-sweep-*-merged.toml")
+    return tomllib.loads(path.read_text())
+
+
+def run_files(out: Path) -> list[Path]:
+    return sorted(p for p in out.glob("llm-bench-*.toml") if "-merged" not in p.name)
+
+
+def test_sweep_over_three_specialisations_and_an_openai_engine(bed):
+    with FakeVllm() as vllm:
+        plan = bed.write_plan(THREE_TARGETS + f"""
+[[targets]]
+name = "hyperqwen"
+engine = "openai"
+url = "{vllm.url}"
+up_command = "true"
+down_command = "true"
+ready_timeout_s = 30
+""")
+        result = invoke("sweep", "--plan", str(plan))
+    assert result.exit_code == 0, result.output
+    assert bed.active() == "llm-fa86"  # switched back to where it started
+    out = bed.plan_path.parent / "out"
+    records = merged(out)["aliases"]
+    measured = {(r["target"], r["alias"]) for r in records if r["runs"] and not r["errors"]}
+    assert measured == {("base", "tiny-plain"), ("base", "tiny-ngram"), ("llm-llamampere", "ampere-none"),
+                        ("llm-fa86", "tiny-plain"), ("llm-fa86", "tiny-synth"),
+                        ("hyperqwen", "Qwen/Qwen3.8-27B")}
+    report = (out / "report.md").read_text()
+    assert "fastest on llama-cpp" in report and "fastest on openai" in report
+    assert "| vs base / tiny-plain |" in report
+    assert "| llm-fa86 / tiny-synth |" in report
+    assert (out / "chart.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_failure_in_the_middle_switches_back_keeps_results_and_resumes(bed):
+    (bed.state / "llm-llamampere.ini").unlink()  # the middle target cannot be switched to
+    plan = bed.write_plan(THREE_TARGETS)
+    first = invoke("sweep", "--plan", str(plan))
+    assert first.exit_code == 1
+    assert "llm-llamampere" in first.output and "switching to llm-llamampere failed" in first.output
+    assert bed.active() == "llm-fa86"
+    out = plan.parent / "out"
+    done = {(r["target"], r["alias"]) for f in run_files(out) for r in tomllib.loads(f.read_text())["aliases"]}
+    assert done == {("base", "tiny-plain"), ("base", "tiny-ngram"), ("llm-fa86", "tiny-plain"),
+                    ("llm-fa86", "tiny-synth")}
+    assert "target llm-llamampere:" in (out / "report.md").read_text()  # the summary names the failure
+
+    bed.write_ini("llm-llamampere")
+    files_before = set(run_files(out))
+    second = invoke("sweep", "--plan", str(plan))
+    assert second.exit_code == 0, second.output
+    assert "resuming: 4 configuration(s) already measured" in second.output
+    assert "every preset already measured" in second.output
+    new = set(run_files(out)) - files_before
+    remeasured = {(r["target"], r["alias"]) for f in new for r in tomllib.loads(f.read_text())["aliases"]}
+    assert remeasured == {("llm-llamampere", "ampere-none")}, "nothing measured before is measured again"
+    assert bed.active() == "llm-fa86"
+    configurations = {(r["target"], r["alias"]) for r in merged_latest(out)["aliases"]}
+    assert ("llm-llamampere", "ampere-none") in configurations and len(configurations) == 5
+
+
+def merged_latest(out: Path) -> dict:
+    return tomllib.loads(sorted(out.glob("llm-bench-sweep-*-merged.toml"))[-1].read_text())
+
+
+def test_refuses_to_measure_the_wrong_build(bed):
+    (bed.state / "llm-llamampere.package").write_text("llama-cpp")  # stock llama.cpp where the fork should be
+    plan = bed.write_plan(THREE_TARGETS)
+    result = invoke("sweep", "--plan", str(plan))
+    assert result.exit_code == 1
+    assert "refusing to measure" in result.output and "'llama-cpp-llm-llamampere'" in result.output
+    out = plan.parent / "out"
+    assert not any(r["target"] == "llm-llamampere"
+                   for f in run_files(out) for r in tomllib.loads(f.read_text())["aliases"])
+
+
+def test_ctrl_c_switches_back_and_keeps_what_was_measured(bed):
+    plan = sweep_plan_from_mapping(load_plan_file(bed.write_plan(THREE_TARGETS)), relative_to=bed.plan_path.parent)
+
+    def log(message: str) -> None:
+        if message.startswith("== target llm-llamampere"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(plan, log)
+    assert bed.active() == "llm-fa86"
+    (path,) = run_files(plan.output_dir)
+    assert {r["alias"] for r in tomllib.loads(path.read_text())["aliases"]} == {"tiny-plain", "tiny-ngram"}
+
+
+def test_bad_sweep_plans(tmp_path):
+    plan = tmp_path / "sweep.toml"
+    plan.write_text('[[targets]]\nname = "x"\nengine = "openai"\n')
+    result = invoke("sweep", "--plan", str(plan))
+    assert result.exit_code == 1 and "needs url, up_command, down_command" in result.output
+    plan.write_text('marker = "/nonexistent/active.json"\n[[targets]]\nname = "base"\n')
+    result = invoke("sweep", "--plan", str(plan))
+    assert result.exit_code == 1 and "no marker at /nonexistent/active.json" in result.output
