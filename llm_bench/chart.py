@@ -60,6 +60,21 @@ def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, tit
             notes.append("not comparable")
         ax.text(right, y, "  ".join(notes), va="center", ha="left", fontsize=9)
 
+    marked = False
+    for r, pos in zip(measured, positions):  # the memory-bandwidth roofline of each configuration
+        bound = r.record.roofline_tps
+        if not bound:
+            continue
+        if bound <= top * 1.3:
+            ax.plot([bound], [pos], marker="D", color="#dd6b20", markersize=6, linestyle="none",
+                    label=None if marked else "memory-bandwidth roofline")
+            marked = True
+        else:  # far beyond the axis: say so at the edge instead of stretching every bar to nothing
+            ax.annotate(f"roofline {bound:,.0f} t/s >", (top * 1.3, pos), xytext=(-2, -9), textcoords="offset points",
+                        ha="right", va="center", fontsize=7, color="#dd6b20")
+
+    if marked and (baseline is None or not baseline.decode_tps):
+        ax.legend(loc="lower right", fontsize=9)
     if baseline is not None and baseline.decode_tps:
         ax.axvline(baseline.decode_tps, color="#c53030", linestyle="--", linewidth=1.2,
                    label=f"baseline: {baseline.configuration} ({baseline.decode_tps:.1f} t/s)")

@@ -144,3 +144,11 @@ def sweep(plan_file, baseline, **flags) -> None:
 from llm_bench.cli_engine import engine  # noqa: E402
 
 main.add_command(engine)
+
+from llm_bench.cli_gpu import doctor, install_restore_hook, power, soak, telemetry  # noqa: E402
+
+main.add_command(doctor)
+main.add_command(power)
+main.add_command(soak)
+main.add_command(telemetry)
+install_restore_hook(main)

@@ -7,11 +7,17 @@ without a GPU. A missing library or driver is "unavailable", never a reading of 
 
 from __future__ import annotations
 
+import os
+import sys
+import time
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 MIB = 1024 * 1024
+# Test-only: names a JSON state file for the NVML test double (tests/fake_nvml.py), so that a
+# real `llm-bench` subprocess can be driven without a GPU. Never set it on a real machine.
+FAKE_NVML_ENV = "LLM_BENCH_FAKE_NVML"
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,58 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def default_nvml_module() -> Any:
+    """The real pynvml, or the file-backed test double when the test-only variable is set."""
+    fake = os.environ.get(FAKE_NVML_ENV)
+    if fake:
+        try:
+            from tests.fake_nvml import FileBackedFakeNvml  # noqa: PLC0415 - test-only hook
+        except ImportError as e:
+            raise ImportError(f"{FAKE_NVML_ENV} is a test-only hook and needs the repository root on "
+                              f"PYTHONPATH ({e}); unset it to use the real NVML") from e
+        print(f"llm-bench: using the NVML test double ({FAKE_NVML_ENV}={fake})", file=sys.stderr)
+        return FileBackedFakeNvml(fake)
+    import pynvml  # noqa: PLC0415 - optional at import time for users without NVIDIA
+
+    return pynvml
+
+
+def error_code(e: BaseException) -> int | None:
+    """The NVML return code of a pynvml.NVMLError (``value``), None for anything else."""
+    return getattr(e, "value", None) if type(e).__name__.startswith("NVMLError") else None
+
+
+NVML_ERROR_NOT_SUPPORTED = 3  # pynvml.NVML_ERROR_NOT_SUPPORTED
+NVML_ERROR_NO_PERMISSION = 4  # pynvml.NVML_ERROR_NO_PERMISSION
+
+
+class PowerLimitError(RuntimeError):
+    """A power limit could not be read or set; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One reading of one GPU; a figure the GPU does not report is None, never 0."""
+
+    index: int
+    t: float  # time.monotonic() when read
+    vram_used_mib: float | None = None
+    power_w: float | None = None
+    energy_j: float | None = None  # the driver's cumulative energy counter
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    temperature_c: float | None = None
+
+
+@dataclass(frozen=True)
+class PowerLimits:
+    index: int
+    current_w: float
+    default_w: float | None
+    min_w: float | None
+    max_w: float | None
+
+
 class Nvml:
     """A session with NVML; use as a context manager."""
 
@@ -48,7 +106,7 @@ class Nvml:
         try:
             lib = self._module
             if lib is None:
-                import pynvml as lib  # noqa: PLC0415 - optional at import time for users without NVIDIA
+                lib = default_nvml_module()
             lib.nvmlInit()
             self._lib = lib
         except ImportError as e:
@@ -97,3 +155,125 @@ class Nvml:
         if not used:
             return VramReading(None, "NVML reports no GPUs")
         return VramReading(tuple(used))
+
+    # --- telemetry, power limits and the memory system (GPU issue 5) ---
+
+    def _handle(self, index: int) -> Any:
+        return self._lib.nvmlDeviceGetHandleByIndex(index)
+
+    def count(self) -> int:
+        return self._lib.nvmlDeviceGetCount() if self.available else 0
+
+    def _optional(self, fn: str, *args: Any) -> Any:
+        """A reading the GPU may not support: None on any NVML error (e.g. Not Supported)."""
+        try:
+            return getattr(self._lib, fn)(*args)
+        except Exception as e:
+            if error_code(e) is None and not isinstance(e, AttributeError):
+                raise
+            return None
+
+    def sample(self) -> list[GpuSample]:
+        """One reading of every GPU: memory, power (W), energy counter (J), clocks, temperature."""
+        if not self.available:
+            return []
+        lib = self._lib
+        out = []
+        for i in range(lib.nvmlDeviceGetCount()):
+            h = self._handle(i)
+            memory = self._optional("nvmlDeviceGetMemoryInfo", h)
+            power = self._optional("nvmlDeviceGetPowerUsage", h)
+            energy = self._optional("nvmlDeviceGetTotalEnergyConsumption", h)
+            out.append(GpuSample(
+                index=i, t=time.monotonic(),
+                vram_used_mib=None if memory is None else memory.used / MIB,
+                power_w=None if power is None else power / 1000.0,
+                energy_j=None if energy is None else energy / 1000.0,
+                sm_clock_mhz=_float(self._optional("nvmlDeviceGetClockInfo", h, lib.NVML_CLOCK_SM)),
+                mem_clock_mhz=_float(self._optional("nvmlDeviceGetClockInfo", h, lib.NVML_CLOCK_MEM)),
+                temperature_c=_float(self._optional("nvmlDeviceGetTemperature", h, lib.NVML_TEMPERATURE_GPU)),
+            ))
+        return out
+
+    def details(self) -> list[dict[str, Any]]:
+        """Static facts per GPU for provenance and the roofline; unsupported facts are left out."""
+        if not self.available:
+            return []
+        lib = self._lib
+        out = []
+        for i in range(lib.nvmlDeviceGetCount()):
+            h = self._handle(i)
+            memory = self._optional("nvmlDeviceGetMemoryInfo", h)
+            limits = self.power_limits(i)
+            facts = {
+                "index": i,
+                "name": _text(lib.nvmlDeviceGetName(h)),
+                "uuid": _maybe_text(self._optional("nvmlDeviceGetUUID", h)),
+                "memory_total_mib": None if memory is None else memory.total / MIB,
+                "power_limit_w": None if limits is None else limits.current_w,
+                "power_default_w": None if limits is None else limits.default_w,
+                "power_min_w": None if limits is None else limits.min_w,
+                "power_max_w": None if limits is None else limits.max_w,
+                "max_sm_clock_mhz": _float(self._optional("nvmlDeviceGetMaxClockInfo", h, lib.NVML_CLOCK_SM)),
+                "max_mem_clock_mhz": _float(self._optional("nvmlDeviceGetMaxClockInfo", h, lib.NVML_CLOCK_MEM)),
+                "memory_bus_width_bits": _float(self._optional("nvmlDeviceGetMemoryBusWidth", h)),
+                "pcie_gen": self._optional("nvmlDeviceGetCurrPcieLinkGeneration", h),
+                "pcie_width": self._optional("nvmlDeviceGetCurrPcieLinkWidth", h),
+            }
+            facts["memory_bandwidth_gbs"] = memory_bandwidth_gbs(facts["max_mem_clock_mhz"],
+                                                                 facts["memory_bus_width_bits"])
+            out.append({k: v for k, v in facts.items() if v is not None})
+        return out
+
+    def memory_bandwidth_gbs(self, index: int = 0) -> float | None:
+        if not self.available or index >= self.count():
+            return None
+        h = self._handle(index)
+        return memory_bandwidth_gbs(_float(self._optional("nvmlDeviceGetMaxClockInfo", h, self._lib.NVML_CLOCK_MEM)),
+                                    _float(self._optional("nvmlDeviceGetMemoryBusWidth", h)))
+
+    def power_limits(self, index: int) -> PowerLimits | None:
+        """The power limit in watts (None when the GPU does not report one)."""
+        h = self._handle(index)
+        current = self._optional("nvmlDeviceGetPowerManagementLimit", h)
+        if current is None:
+            return None
+        default = self._optional("nvmlDeviceGetPowerManagementDefaultLimit", h)
+        bounds = self._optional("nvmlDeviceGetPowerManagementLimitConstraints", h)
+        low, high = (bounds[0] / 1000.0, bounds[1] / 1000.0) if bounds else (None, None)
+        return PowerLimits(index, current / 1000.0, None if default is None else default / 1000.0, low, high)
+
+    def set_power_limit(self, index: int, watts: float) -> None:
+        """Set one GPU's power limit (needs root); raises PowerLimitError with the reason."""
+        try:
+            self._lib.nvmlDeviceSetPowerManagementLimit(self._handle(index), int(round(watts * 1000)))
+        except Exception as e:
+            code = error_code(e)
+            if code is None:
+                raise
+            if code == NVML_ERROR_NO_PERMISSION:
+                raise PowerLimitError(f"GPU{index}: setting the power limit needs root ({e}); "
+                                      "run as root (sudo) or set it with `nvidia-smi -pl`") from e
+            if code == NVML_ERROR_NOT_SUPPORTED:
+                raise PowerLimitError(f"GPU{index}: this GPU does not support setting a power limit ({e})") from e
+            raise PowerLimitError(f"GPU{index}: could not set the power limit to {watts:.0f} W ({e})") from e
+
+
+def memory_bandwidth_gbs(max_mem_clock_mhz: float | None, bus_width_bits: float | None) -> float | None:
+    """Peak memory bandwidth in GB/s (10^9 bytes) = memory clock x 2 (double data rate) x bus bits / 8.
+
+    NVML reports GDDR6X's memory clock at half its per-pin data rate (RTX 3090: 9751 MHz for
+    19.5 Gbit/s per pin), and HBM's at half its data rate too, so the same x2 holds for both:
+    RTX 3090: 9751 MHz x 2 x 384 / 8 = 936 GB/s; H100 SXM: 2619 x 2 x 5120 / 8 = 3352 GB/s.
+    """
+    if not max_mem_clock_mhz or not bus_width_bits:
+        return None
+    return max_mem_clock_mhz * 1e6 * 2 * bus_width_bits / 8 / 1e9
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _maybe_text(value: Any) -> str | None:
+    return None if value is None else _text(value)

@@ -13,10 +13,12 @@ from datetime import datetime, timezone
 
 from llm_bench import __version__
 from llm_bench.client import ServerError, ServerUnreachable
+from llm_bench.doctor import InRunChecks
 from llm_bench.engines import Engine, open_engine, select_models
 from llm_bench.gpu import Nvml, VramReading
 from llm_bench.plan import Plan, Protocol
 from llm_bench.results import FORMAT, AliasRecord, ResultSet, ResultsWriter, results_stem
+from llm_bench.telemetry import sampling
 from llm_bench.workloads import RUNNERS, chat_request, derive
 
 Log = Callable[[str], None]
@@ -146,8 +148,12 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
             for n, alias in enumerate(aliases, 1):
                 log(f"Benchmark {n}/{len(aliases)}: {alias}")
                 t0 = time.perf_counter()
+                checks = InRunChecks(gpus, log)
+                checks.start()
                 try:
-                    records = measure_alias(engine, alias, protocol, gpus, log, target=target or plan.label)
+                    with sampling(gpus):
+                        records = measure_alias(engine, alias, protocol, gpus, log, target=target or plan.label)
+                    checks.finish(records)
                 except ServerUnreachable as e:
                     writer.add(AliasRecord(alias=alias, target=target or plan.label, engine=engine.kind,
                                            errors=[str(e)]))

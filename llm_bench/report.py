@@ -157,6 +157,9 @@ def markdown_table(rows: Sequence[Row], baseline: Row | None = None) -> str:
               "Cold load s", "Context", "Preset", "Notes"]
     if baseline is not None:
         header.insert(3, f"vs {baseline.configuration}")
+    with_roofline = any(r.record.roofline_tps for r in speed_rows(rows))
+    if with_roofline:
+        header.insert(header.index("Client t/s"), "Roofline t/s (reached)")
     lines = []
     for row in sort_fastest_first(speed_rows(rows)):
         r = row.record
@@ -178,6 +181,8 @@ def markdown_table(rows: Sequence[Row], baseline: Row | None = None) -> str:
         ]
         if baseline is not None:
             cells.insert(3, speedup_text(row, baseline))
+        if with_roofline:
+            cells.insert(header.index("Client t/s"), roofline_text(row))
         lines.append(cells)
     parts = [_table(header, lines)] if lines else []
     parts += [t for t in (concurrency_table(rows), prefix_cache_table(rows)) if t]
@@ -254,3 +259,11 @@ def summary(rows: Sequence[Row], baseline: Row | None, failures: dict[str, str] 
         lines += [f"- {r.configuration}: {'; '.join(r.record.errors)}" for r in failed]
         lines += [f"- target {name}: {message}" for name, message in (failures or {}).items()]
     return "\n".join(lines) + "\n"
+
+
+def roofline_text(row: Row) -> str:
+    """The memory-bandwidth bound on decode and the fraction of it reached (llm_bench.roofline)."""
+    bound = row.record.roofline_tps
+    if not bound:
+        return "-"
+    return f"{bound:.1f} ({row.decode_tps / bound:.0%})" if row.decode_tps else f"{bound:.1f}"

@@ -85,6 +85,10 @@ class AliasRecord:
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     unloaded_after: bool | None = None
+    telemetry: dict[str, Any] | None = None  # GPU samples and summary of the measured span (llm_bench.telemetry)
+    model_bytes: int | None = None  # roofline: bytes read per token, approximated by the model file size
+    memory_bandwidth_gbs: float | None = None  # roofline: the GPU's peak memory bandwidth
+    roofline_tps: float | None = None  # bandwidth / model bytes (x mean acceptance length when drafting)
 
     @property
     def configuration(self) -> str:

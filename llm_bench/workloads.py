@@ -18,6 +18,7 @@ from llm_bench.engines import Engine
 from llm_bench.metrics import SpecCounters
 from llm_bench.plan import Protocol, shipped_prompt
 from llm_bench.results import AliasRecord, RunRecord
+from llm_bench.telemetry import recording
 
 Log = Callable[[str], None]
 
@@ -105,11 +106,12 @@ def check_acceptance_trap(record: AliasRecord, log: Log) -> None:
 def measured_runs(engine: Engine, request: ChatRequest, runs: int, record: AliasRecord, log: Log,
                   label: str = "Run") -> None:
     before = engine.spec_counters(request.model)
-    for i in range(runs):
-        run = run_record(engine.stream(request), engine.kind)
-        record.runs.append(run)
-        log(f"  {label} {i + 1}/{runs}: {describe_run(run)}")
-        check_length(record, run, request.max_tokens)
+    with recording(record):
+        for i in range(runs):
+            run = run_record(engine.stream(request), engine.kind)
+            record.runs.append(run)
+            log(f"  {label} {i + 1}/{runs}: {describe_run(run)}")
+            check_length(record, run, request.max_tokens)
     after = engine.spec_counters(request.model)
     record.spec = after.minus(before) if before and after else spec_from_runs(record.runs)
     check_acceptance_trap(record, log)
@@ -161,9 +163,10 @@ def concurrency(engine: Engine, alias: str, protocol: Protocol, base: AliasRecor
     for n in protocol.concurrency:
         record = derive(base, workload="concurrency", concurrency=n, cold_load_s=None)
         before = engine.spec_counters(alias)
-        measurements, errors, wall = _simultaneous(engine, request, n)
+        with recording(record):
+            measurements, errors, wall = _simultaneous(engine, request, n)
+            record.runs = [run_record(m, engine.kind) for m in measurements]
         after = engine.spec_counters(alias)
-        record.runs = [run_record(m, engine.kind) for m in measurements]
         record.errors.extend(errors)
         for run in record.runs:
             check_length(record, run, request.max_tokens)

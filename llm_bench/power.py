@@ -1,0 +1,297 @@
+"""Power-limit sweeps, and the restore that makes them safe.
+
+Before the first limit is changed, the original limits are written to a state file
+(``$LLM_BENCH_STATE_DIR/power-restore.json``, default ``$XDG_STATE_HOME/llm-bench/`` or
+``~/.local/state/llm-bench/``). The sweep restores them on a normal end, an error, Ctrl-C and
+SIGTERM, then removes the file. A process killed outright (SIGKILL, power loss) cannot; the
+next llm-bench start of any command finds the file, restores the limits and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from llm_bench.gpu import Nvml, PowerLimitError
+
+Log = Callable[[str], None]
+STATE_ENV = "LLM_BENCH_STATE_DIR"
+STATE_NAME = "power-restore.json"
+
+
+def state_path(env: dict[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    if env.get(STATE_ENV):
+        return Path(env[STATE_ENV]) / STATE_NAME
+    base = Path(env["XDG_STATE_HOME"]) if env.get("XDG_STATE_HOME") else Path.home() / ".local" / "state"
+    return base / "llm-bench" / STATE_NAME
+
+
+def _pid_is_llm_bench(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # alive, and we cannot tell what it is: leave its limits alone
+    return b"llm-bench" in cmdline or b"llm_bench" in cmdline
+
+
+def save_originals(path: Path, originals: dict[int, float]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staged = path.with_name(path.name + ".partial")
+    staged.write_text(json.dumps({
+        "pid": os.getpid(),
+        "saved_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "limits_w": {str(i): w for i, w in originals.items()},
+    }, indent=1))
+    os.replace(staged, path)  # on disk, whole, before the first limit changes
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def restore(nvml: Nvml, originals: dict[int, float], log: Log) -> list[str]:
+    """Set every GPU back to its original limit; returns the failures (empty when all went back)."""
+    failures = []
+    for index, watts in sorted(originals.items()):
+        try:
+            nvml.set_power_limit(index, watts)
+            log(f"GPU{index}: power limit restored to {watts:.0f} W")
+        except PowerLimitError as e:
+            failures.append(str(e))
+            log(f"GPU{index}: could not restore the power limit to {watts:.0f} W: {e}")
+    return failures
+
+
+def restore_leftover(log: Log, nvml: Nvml | None = None, path: Path | None = None) -> bool | None:
+    """Called at every llm-bench start: restore limits a killed sweep left behind.
+
+    Returns None when there was nothing to do, True when limits were restored, False when the
+    file is kept (its sweep is still running, or restoring failed).
+    """
+    path = path or state_path()
+    if not path.exists():
+        return None
+    try:
+        state = json.loads(path.read_text())
+        originals = {int(i): float(w) for i, w in state["limits_w"].items()}
+    except (OSError, ValueError, KeyError) as e:
+        log(f"llm-bench: ignoring an unreadable power-limit state file {path} ({e}); remove it by hand")
+        return False
+    pid = int(state.get("pid", 0))
+    if pid and pid != os.getpid() and _pid_is_llm_bench(pid):
+        return False  # a sweep in progress elsewhere owns these limits
+    log(f"llm-bench: found {path}: a power sweep (pid {pid}, started {state.get('saved_at', '?')}) ended without "
+        "restoring the GPU power limits; restoring them now")
+    with (nvml or Nvml()) as gpus:
+        if not gpus.available:
+            log(f"llm-bench: cannot restore power limits: {gpus.unavailable}; {path} is kept for the next start")
+            return False
+        failures = restore(gpus, originals, log)
+    if failures:
+        log(f"llm-bench: {path} is kept so that the next start tries again")
+        return False
+    path.unlink(missing_ok=True)
+    return True
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, turned into an exception so that every ``finally`` runs."""
+
+
+@contextmanager
+def sigterm_raises() -> Iterator[None]:
+    def handler(signum, frame):
+        raise Terminated(f"received signal {signum}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: nothing to install
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@dataclass
+class LimitResult:
+    limit_w: float
+    decode_tps: float | None = None
+    output_tokens: int = 0
+    energy_j: float | None = None
+    energy_source: str | None = None
+    tokens_per_joule: float | None = None
+    mean_power_w: float | None = None
+    max_temperature_c: float | None = None
+    mean_sm_clock_mhz: float | None = None
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def to_toml(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+Measure = Callable[[float], LimitResult]
+
+
+def check_limits(nvml: Nvml, gpus: Sequence[int], limits_w: Sequence[float]) -> dict[int, float]:
+    """Validate the sweep against each GPU's constraints; returns the original limits."""
+    originals = {}
+    count = nvml.count()
+    for i in gpus:
+        if not 0 <= i < count:
+            raise PowerLimitError(f"no GPU{i}: NVML sees {count} GPU(s)")
+        limits = nvml.power_limits(i)
+        if limits is None:
+            raise PowerLimitError(f"GPU{i} does not report a power limit")
+        bad = [w for w in limits_w if (limits.min_w and w < limits.min_w) or (limits.max_w and w > limits.max_w)]
+        if bad:
+            raise PowerLimitError(f"GPU{i} accepts limits from {limits.min_w:.0f} to {limits.max_w:.0f} W; "
+                                  f"{', '.join(f'{w:g}' for w in bad)} W is outside that range")
+        originals[i] = limits.current_w
+    return originals
+
+
+def sweep(nvml: Nvml, gpus: Sequence[int], limits_w: Sequence[float], measure: Measure, log: Log,
+          settle_s: float = 5.0, path: Path | None = None,
+          on_result: Callable[[LimitResult], None] = lambda r: None) -> list[LimitResult]:
+    """Measure at each limit on every chosen GPU; the originals come back on every exit path."""
+    path = path or state_path()
+    originals = check_limits(nvml, gpus, limits_w)
+    save_originals(path, originals)
+    log(f"Original power limits saved to {path}: "
+        + ", ".join(f"GPU{i} {w:.0f} W" for i, w in originals.items()))
+    results = []
+    restored = False
+    try:
+        with sigterm_raises():
+            for limit in limits_w:
+                for i in gpus:
+                    nvml.set_power_limit(i, limit)
+                log(f"Power limit {limit:.0f} W on " + ", ".join(f"GPU{i}" for i in gpus)
+                    + (f"; settling {settle_s:.0f} s" if settle_s else ""))
+                time.sleep(settle_s)
+                result = measure(limit)
+                results.append(result)
+                on_result(result)
+                log(f"  {limit:.0f} W: {_fmt(result.decode_tps)} t/s, {_fmt(result.tokens_per_joule, 3)} tokens/J, "
+                    f"{_fmt(result.mean_power_w)} W mean, {_fmt(result.max_temperature_c, 0)} C max")
+    finally:
+        failures = restore(nvml, originals, log)
+        if not failures:
+            path.unlink(missing_ok=True)
+            restored = True
+        else:
+            log(f"Power limits NOT all restored; {path} is kept and the next llm-bench start retries")
+    if not restored:
+        raise PowerLimitError("could not restore every original power limit")
+    return results
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def markdown(results: Sequence[LimitResult]) -> str:
+    lines = ["| Limit W | Decode t/s | Tokens/J | J/token | Mean power W | Max temp C | SM MHz | Energy from |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        jpt = None if not r.tokens_per_joule else 1.0 / r.tokens_per_joule
+        lines.append(f"| {r.limit_w:.0f} | {_fmt(r.decode_tps)} | {_fmt(r.tokens_per_joule, 3)} | {_fmt(jpt, 2)} | "
+                     f"{_fmt(r.mean_power_w)} | {_fmt(r.max_temperature_c, 0)} | {_fmt(r.mean_sm_clock_mhz, 0)} | "
+                     f"{r.energy_source or '-'}" + (f" FAILED: {'; '.join(r.errors)}" if r.errors else "") + " |")
+    return "\n".join(lines) + "\n"
+
+
+def draw_power_chart(results: Sequence[LimitResult], path: Path, title: str | None = None) -> Path:
+    """Decode t/s and tokens per joule against the power limit; temperature written at each point."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [r for r in results if r.decode_tps is not None]
+    if not done:
+        raise ValueError("no limit has a decode rate to draw")
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    xs = [r.limit_w for r in done]
+    ax.plot(xs, [r.decode_tps for r in done], "o-", color="#2b6cb0", label="decode t/s")
+    ax.set_xlabel("power limit (W)")
+    ax.set_ylabel("decode tokens/s", color="#2b6cb0")
+    ax.set_ylim(0, max(r.decode_tps for r in done) * 1.25)
+    for r in done:
+        if r.max_temperature_c is not None:
+            ax.annotate(f"{r.max_temperature_c:.0f} C", (r.limit_w, r.decode_tps), textcoords="offset points",
+                        xytext=(0, 8), ha="center", fontsize=8, color="#742a2a")
+    eff = [r for r in done if r.tokens_per_joule is not None]
+    if eff:
+        ax2 = ax.twinx()
+        ax2.plot([r.limit_w for r in eff], [r.tokens_per_joule for r in eff], "s--", color="#2f855a",
+                 label="tokens per joule")
+        ax2.set_ylabel("tokens per joule", color="#2f855a")
+        ax2.set_ylim(0, max(r.tokens_per_joule for r in eff) * 1.25)
+        ax2.spines[["top"]].set_visible(False)
+    ax.set_xticks(xs)
+    ax.set_title(title or "Power-limit sweep: decode speed and efficiency (labels: max GPU temperature)")
+    ax.spines[["top"]].set_visible(False)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110 if path.suffix.lower() == ".png" else None)
+    plt.close(fig)
+    return path
+
+
+def measurer(engine, request, runs: int, nvml: Nvml, log: Log, interval_s: float = 0.5) -> Measure:
+    """Measure ``runs`` streamed requests at the current limit, with telemetry for energy and heat."""
+    import statistics
+
+    from llm_bench.client import ServerError
+    from llm_bench.telemetry import TelemetrySampler, summarise
+    from llm_bench.workloads import run_record
+
+    def measure(limit_w: float) -> LimitResult:
+        result = LimitResult(limit_w)
+        sampler = TelemetrySampler(nvml, interval_s)
+        with sampler:
+            t0 = sampler.mark()
+            for i in range(runs):
+                try:
+                    run = run_record(engine.stream(request), engine.kind)
+                except ServerError as e:
+                    result.errors.append(str(e))
+                    log(f"  run {i + 1}/{runs} failed: {e}")
+                    continue
+                result.runs.append({k: v for k, v in run.__dict__.items() if v is not None})
+            t1 = sampler.mark()
+        tokens = sum(r.get("output_tokens", 0) for r in result.runs)
+        rates = [r["decode_tps"] for r in result.runs if r.get("decode_tps") is not None]
+        result.decode_tps = statistics.median(rates) if rates else None
+        result.output_tokens = tokens
+        summary = summarise(sampler.between(t0, t1), tokens, t0, interval_s)
+        result.energy_j = summary.get("energy_j")
+        result.energy_source = summary.get("energy_source")
+        result.tokens_per_joule = summary.get("tokens_per_joule")
+        result.mean_power_w = sum(summary["mean_power_w"]) if summary.get("mean_power_w") else None
+        result.max_temperature_c = max(summary["max_temperature_c"]) if summary.get("max_temperature_c") else None
+        result.mean_sm_clock_mhz = (statistics.mean(summary["mean_sm_clock_mhz"])
+                                    if summary.get("mean_sm_clock_mhz") else None)
+        return result
+
+    return measure
