@@ -70,6 +70,13 @@ def restore(nvml: Nvml, originals: dict[int, float], log: Log) -> list[str]:
     failures = []
     for index, watts in sorted(originals.items()):
         try:
+            current = nvml.power_limits(index)
+        except Exception:  # cannot read it: set it anyway
+            current = None
+        if current is not None and abs(current.current_w - watts) < 0.5:
+            log(f"GPU{index}: power limit is at its original {watts:.0f} W")
+            continue
+        try:
             nvml.set_power_limit(index, watts)
             log(f"GPU{index}: power limit restored to {watts:.0f} W")
         except PowerLimitError as e:
@@ -279,7 +286,7 @@ def measurer(engine, request, runs: int, nvml: Nvml, log: Log, interval_s: float
                     log(f"  run {i + 1}/{runs} failed: {e}")
                     continue
                 result.runs.append({k: v for k, v in run.__dict__.items() if v is not None})
-            t1 = sampler.mark()
+            t1 = sampler.mark(end=True)
         tokens = sum(r.get("output_tokens", 0) for r in result.runs)
         rates = [r["decode_tps"] for r in result.runs if r.get("decode_tps") is not None]
         result.decode_tps = statistics.median(rates) if rates else None

@@ -46,8 +46,9 @@ class TelemetrySampler:
         while not self._stop.wait(self.interval_s):
             self.mark()
 
-    def mark(self) -> float:
-        """Take one reading of every GPU now; returns its time (monotonic)."""
+    def mark(self, end: bool = False) -> float:
+        """Take one reading of every GPU now; returns a time (monotonic) from before the reading, or after
+        it with ``end=True``, so that ``between(start_mark, end_mark)`` includes both readings."""
         t = time.monotonic()
         try:
             readings = self.nvml.sample()
@@ -56,7 +57,7 @@ class TelemetrySampler:
             readings = []
         with self._lock:
             self.samples.extend(readings)
-        return t
+        return time.monotonic() if end else t
 
     def between(self, t0: float, t1: float) -> list[GpuSample]:
         with self._lock:
@@ -110,7 +111,7 @@ def recording(record: Any) -> Iterator[None]:
     try:
         yield
     finally:
-        t1 = sampler.mark()
+        t1 = sampler.mark(end=True)
         tokens = sum(r.output_tokens or 0 for r in record.runs)
         record.telemetry = summarise(sampler.between(t0, t1), tokens, t0, sampler.interval_s)
 
