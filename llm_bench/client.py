@@ -230,19 +230,39 @@ class OpenAIClient:
         return response.json()
 
     def stream_chat(self, request: ChatRequest, path: str = "/v1/chat/completions") -> StreamMeasurement:
+        try:
+            return self._stream_chat_once(request, path)
+        except _NoResponse:
+            # llama.cpp's router sometimes drops a request it proxies over a stale connection to a
+            # model instance, before any byte of a response: nothing was generated, so it is sent again.
+            try:
+                return self._stream_chat_once(request, path)
+            except _NoResponse as e:
+                raise ServerError(f"the server closed the connection twice without answering: {e}") from e
+
+    def _stream_chat_once(self, request: ChatRequest, path: str) -> StreamMeasurement:
         sent_at = time.perf_counter()
         try:
             with self.http.stream("POST", path, json=request.body()) as response:
                 if response.status_code != 200:
                     response.read()
                     raise ServerError(error_message(response))
-                return measure_stream(response.iter_lines(), sent_at)
+                try:
+                    return measure_stream(response.iter_lines(), sent_at)
+                except httpx.TransportError as e:
+                    raise ServerError(f"stream broke: {type(e).__name__}: {e}") from e
         except httpx.ConnectError as e:
             raise ServerUnreachable(f"cannot connect to {self.base_url} ({e})") from e
+        except httpx.RemoteProtocolError as e:
+            raise _NoResponse(str(e)) from e
         except httpx.TimeoutException as e:
             raise ServerError(f"request timed out after {time.perf_counter() - sent_at:.1f} s ({type(e).__name__})") from e
         except httpx.TransportError as e:
-            raise ServerError(f"stream broke: {type(e).__name__}: {e}") from e
+            raise ServerError(f"request failed: {type(e).__name__}: {e}") from e
+
+
+class _NoResponse(Exception):
+    """The connection closed before any response arrived."""
 
 
 class RouterClient(OpenAIClient):

@@ -28,6 +28,7 @@ class FakeVllmConfig:
     api_key: str | None = None
     prefix_cache: bool = True
     cached_tokens_in_usage: bool = False  # vLLM says so only with --enable-prompt-tokens-details
+    drop_requests: int = 0  # close this many connections without answering, as a proxy can
 
 
 @dataclass
@@ -39,6 +40,7 @@ class FakeVllmState:
     prefix_queries: int = 0
     prefix_hits: int = 0
     seen_prompts: set[str] = field(default_factory=set)
+    dropped: int = 0
     auth_headers: list[str | None] = field(default_factory=list)
 
 
@@ -122,6 +124,11 @@ class FakeVllm:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with fake.lock:
+                    drop = fake.state.dropped < fake.config.drop_requests
+                    fake.state.dropped += drop
+                if drop:
+                    return  # the connection closes with no status line
                 if not self._authorised():
                     return
                 if body.get("model") != fake.config.model:

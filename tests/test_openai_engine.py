@@ -219,3 +219,16 @@ def test_llama_and_openai_results_side_by_side(router, tmp_path):
     assert "router / tiny-plain | llama-cpp (server)" in report.output
     assert "hyperqwen / Qwen/Qwen3.8-27B | openai (stream)" in report.output
     assert (tmp_path / "c.png").stat().st_size > 1000
+
+
+def test_a_request_dropped_before_any_answer_is_sent_again(tmp_path):
+    with FakeVllm(FakeVllmConfig(drop_requests=1)) as vllm:
+        ok = invoke("run", "--engine", "openai", "--url", vllm.url, "--runs", "1", "--max-tokens", "30",
+                    "--output-dir", str(tmp_path / "once"))
+    assert ok.exit_code == 0, ok.output
+    with FakeVllm(FakeVllmConfig(drop_requests=100)) as vllm:
+        failed = invoke("run", "--engine", "openai", "--url", vllm.url, "--runs", "1", "--max-tokens", "30",
+                        "--output-dir", str(tmp_path / "always"))
+    assert failed.exit_code == 1
+    (record,) = only_results(tmp_path / "always")["aliases"]
+    assert "closed the connection twice without answering" in record["errors"][0]
