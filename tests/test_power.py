@@ -176,6 +176,9 @@ def test_a_running_sweep_is_left_alone(fake_env, tmp_path):
     path.parent.mkdir(parents=True)
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "llm-bench"])
     try:
+        deadline = time.monotonic() + 10
+        while b"llm-bench" not in Path(f"/proc/{proc.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the child has exec'd
         path.write_text(json.dumps({"pid": proc.pid, "limits_w": {"0": 350.0}}))
         assert restore_leftover(lambda m: None) is False and path.exists()
     finally:
