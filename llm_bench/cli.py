@@ -86,12 +86,19 @@ def report(results, baseline, chart_path, title) -> None:
 @protocol_options
 def demo(output_dir, **flags) -> None:
     """Build or find a CPU llama-server, serve tiny models and run the full protocol on them."""
+    import subprocess
+
     from llm_bench.demo import run_demo
+    from llm_bench.testbed.llama_server import LlamaServerNotFound
+    from llm_bench.testbed.router import RouterStartError
 
     try:
         out = run_demo(output_dir, apply_protocol_flags(Protocol(), flags), log)
-    except (PlanError, RunAborted, ServerError) as e:
+    except (PlanError, RunAborted, ServerError, RouterStartError, LlamaServerNotFound) as e:
         raise click.ClickException(str(e)) from e
+    except subprocess.CalledProcessError as e:
+        raise click.ClickException(f"building llama-server failed: {e}; the output above says why "
+                                   "(set LLAMA_SERVER=/path/to/llama-server to use an existing one)") from e
     click.echo(out.table.read_text())
     log(f"Results: {out.results}\nTable:   {out.table}\nChart:   {out.chart}")
 

@@ -57,6 +57,7 @@ def write_demo_bed(folder: Path) -> Path:
 
 
 def run_demo(folder: Path, protocol: Protocol, log: Callable[[str], None]) -> DemoOutput:
+    folder = folder.resolve()
     folder.mkdir(parents=True, exist_ok=True)
     log("llm-bench demo: a CPU llama-server router with tiny random-weight models")
     binary = ensure_llama_server(log)

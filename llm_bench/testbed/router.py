@@ -72,6 +72,7 @@ def start_router(
     timeout: float = 60.0,
 ) -> RouterProcess:
     port = port or free_port()
+    presets_ini, log_path = presets_ini.resolve(), log_path.resolve()
     log_file = log_path.open("ab")
     process = subprocess.Popen(
         router_command(binary, presets_ini, port, extra_args),
