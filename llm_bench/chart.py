@@ -40,7 +40,10 @@ def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, tit
     ax.set_yticks(positions, [r.configuration for r in measured])
     ax.set_xlabel("decode tokens/s (median; whiskers: min-max)")
     top = max(values)
-    ax.set_xlim(0, top * 1.3)
+    # Whiskers can reach past the fastest median; the axis (and the labels beyond them) must hold them.
+    span = max([top] + [s.max for s in (r.record.summary("decode_tps") for r in measured) if s is not None])
+    edge = span * 1.3
+    ax.set_xlim(0, edge)
 
     for bar, r in zip(bars, measured):
         y = bar.get_y() + bar.get_height() / 2
@@ -58,6 +61,8 @@ def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, tit
                 notes.append(f"{ratio:.2f}x")
         if not r.record.comparable:
             notes.append("not comparable")
+        if any(w.startswith("ACCEPTANCE TRAP") for w in r.record.warnings):
+            notes.append("acceptance trap")
         ax.text(right, y, "  ".join(notes), va="center", ha="left", fontsize=9)
 
     marked = False
@@ -65,12 +70,12 @@ def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, tit
         bound = r.record.roofline_tps
         if not bound:
             continue
-        if bound <= top * 1.3:
+        if bound <= edge:
             ax.plot([bound], [pos], marker="D", color="#dd6b20", markersize=6, linestyle="none",
                     label=None if marked else "memory-bandwidth roofline")
             marked = True
         else:  # far beyond the axis: say so at the edge instead of stretching every bar to nothing
-            ax.annotate(f"roofline {bound:,.0f} t/s >", (top * 1.3, pos), xytext=(-2, -9), textcoords="offset points",
+            ax.annotate(f"roofline {bound:,.0f} t/s >", (edge, pos), xytext=(-2, -9), textcoords="offset points",
                         ha="right", va="center", fontsize=7, color="#dd6b20")
 
     if marked and (baseline is None or not baseline.decode_tps):
