@@ -12,7 +12,6 @@ source is given through the environment: ``LLM_BENCH_SERVER_LOG`` (a file) or
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -25,6 +24,7 @@ from llm_bench.client import ChatRequest, ServerError
 from llm_bench.engines import Engine
 from llm_bench.gpu import Nvml, VramReading
 from llm_bench.metrics import parse_prometheus
+from llm_bench.plan import Checks
 from llm_bench.results import AliasRecord
 from llm_bench.workloads import check_acceptance_trap, run_record, spec_from_runs
 
@@ -35,7 +35,7 @@ WARNING = "warning"
 INFO = "info"
 
 JOURNAL_UNIT = "llama-cpp.service"
-DEFAULT_ROOFLINE_MIN = 0.25
+DEFAULT_ROOFLINE_MIN = Checks.roofline_min
 DEFAULT_VRAM_THRESHOLD_MIB = 2048.0
 
 # llama.cpp src/llama-model.cpp: LLAMA_LOG_INFO("%s: offloaded %d/%d layers to GPU\n", ...)
@@ -97,12 +97,12 @@ def journal_available(unit: str = JOURNAL_UNIT) -> bool:
         return False
 
 
-def log_source_from_env(env: dict[str, str] | None = None) -> LogSource | None:
-    env = os.environ if env is None else env
-    if env.get("LLM_BENCH_SERVER_LOG"):
-        return LogSource(file=Path(env["LLM_BENCH_SERVER_LOG"]))
-    if env.get("LLM_BENCH_SERVER_LOG_COMMAND"):
-        return LogSource(command=env["LLM_BENCH_SERVER_LOG_COMMAND"])
+def log_source(file: Path | None, command: str | None) -> LogSource | None:
+    """The given file or command; neither: llama-cpp.service's journal when that unit is active."""
+    if file is not None:
+        return LogSource(file=file)
+    if command:
+        return LogSource(command=command)
     return LogSource.journal() if journal_available() else None
 
 
@@ -278,13 +278,12 @@ def check_acceptance(record: AliasRecord) -> list[Finding]:
 class InRunChecks:
     """The doctor's checks around one alias of ``llm-bench run``; findings become record warnings."""
 
-    def __init__(self, nvml: Nvml, log: Log, env: dict[str, str] | None = None):
-        env = os.environ if env is None else env
+    def __init__(self, nvml: Nvml, log: Log, settings: Checks = Checks()):
         self.nvml = nvml
         self.log = log
-        self.source = log_source_from_env(env)
-        self.floor_w = float(env["LLM_BENCH_POWER_FLOOR_W"]) if env.get("LLM_BENCH_POWER_FLOOR_W") else None
-        self.min_fraction = float(env.get("LLM_BENCH_ROOFLINE_MIN") or DEFAULT_ROOFLINE_MIN)
+        self.source = log_source(settings.server_log, settings.server_log_command)
+        self.floor_w = settings.power_floor_w
+        self.min_fraction = settings.roofline_min
         self._mark = 0
 
     def _read(self) -> str | None:

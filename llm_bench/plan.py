@@ -112,6 +112,19 @@ class ApiKeySource:
 
 
 @dataclass(frozen=True)
+class Checks:
+    """Settings of the doctor's checks that run during every measurement (see docs/gpu.md)."""
+
+    server_log: Path | None = None  # a file with the server's log
+    server_log_command: str | None = None  # or a command printing it; neither: the journal when it exists
+    power_floor_w: float | None = None  # warn when a GPU's power limit is below this
+    roofline_min: float = 0.25  # warn when decode reaches less than this fraction of the roofline
+
+
+CHECK_KEYS = {f.name for f in fields(Checks)}
+
+
+@dataclass(frozen=True)
 class Plan:
     url: str = DEFAULT_URL
     aliases: tuple[str, ...] = ()  # empty: every preset the router lists
@@ -121,11 +134,12 @@ class Plan:
     engine: str = "llama-cpp"
     api_key: ApiKeySource = ApiKeySource()
     metrics_url: str | None = None  # default: the server's /metrics
+    checks: Checks = Checks()
 
 
 PROTOCOL_KEYS = {f.name for f in fields(Protocol)} - {"prompt"}
 PLAN_KEYS = {"url", "aliases", "label", "output_dir", "protocol", "engine", "api_key_file", "api_key_env",
-             "metrics_url"}
+             "metrics_url", "checks"}
 
 
 def _check_keys(where: str, given: dict[str, Any], allowed: set[str]) -> None:
@@ -179,7 +193,13 @@ def plan_from_mapping(data: dict[str, Any], *, relative_to: Path | None = None,
     key_file = data.get("api_key_file")
     if key_file is not None and relative_to is not None and not Path(key_file).is_absolute():
         key_file = relative_to / key_file
+    checks_data = dict(data.get("checks", {}))
+    _check_keys("[checks]", checks_data, CHECK_KEYS)
+    if checks_data.get("server_log") is not None:
+        log_path = Path(checks_data["server_log"])
+        checks_data["server_log"] = log_path if relative_to is None or log_path.is_absolute() else relative_to / log_path
     return Plan(
+        checks=Checks(**checks_data),
         url=str(data.get("url", DEFAULT_URL)),
         aliases=tuple(aliases),
         label=str(data.get("label", "")),

@@ -148,7 +148,7 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
             for n, alias in enumerate(aliases, 1):
                 log(f"Benchmark {n}/{len(aliases)}: {alias}")
                 t0 = time.perf_counter()
-                checks = InRunChecks(gpus, log)
+                checks = InRunChecks(gpus, log, plan.checks)
                 checks.start()
                 try:
                     with sampling(gpus):

@@ -14,7 +14,7 @@ from llm_bench.demo import write_demo_bed
 from llm_bench.doctor import (ERROR, WARNING, check_enforce_eager, check_fa_fallback, check_offload,
                               check_power_floor, check_vram, vllm_command_lines)
 from llm_bench.gpu import Nvml, VramReading
-from llm_bench.plan import Plan, Protocol
+from llm_bench.plan import Checks, Plan, Protocol
 from llm_bench.protocol import run_plan
 from llm_bench.results import load_results
 from llm_bench.testbed.presets import render_presets_ini
@@ -149,12 +149,11 @@ def test_doctor_vram_busy_is_an_error(router, fake_nvml):
     assert result.exit_code == 1 and "ERROR [vram]" in result.output
 
 
-def test_checks_run_during_every_run(router, tmp_path, monkeypatch):
-    monkeypatch.setenv("LLM_BENCH_SERVER_LOG", str(router.log_path))
-    monkeypatch.setenv("LLM_BENCH_POWER_FLOOR_W", "300")
+def test_checks_run_during_every_run(router, tmp_path):
     fake = FakeNvml(gpus=[FakeGpu(power_limit_mw=250000)])
     plan = Plan(url=router.url, aliases=("tiny-plain", "tiny-trap"), output_dir=tmp_path,
-                protocol=Protocol(runs=1, max_tokens=32))
+                protocol=Protocol(runs=1, max_tokens=32),
+                checks=Checks(server_log=router.log_path, power_floor_w=300))
     records = {r.alias: r for r in load_results(run_plan(plan, lambda m: None, nvml=Nvml(fake)).path).aliases}
     for record in records.values():
         text = " ".join(record.warnings)
