@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llm_bench import roofline
-from llm_bench.client import ChatRequest, ServerError
+from llm_bench.client import ChatRequest
 from llm_bench.engines import Engine
 from llm_bench.gpu import Nvml, VramReading
 from llm_bench.metrics import parse_prometheus

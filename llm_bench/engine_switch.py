@@ -24,7 +24,7 @@ from typing import Literal
 
 import httpx
 
-from llm_bench.client import ChatRequest, OpenAIClient, RouterClient, ServerError, ServerUnreachable, StreamMeasurement
+from llm_bench.client import ChatRequest, OpenAIClient, RouterClient, ServerError, StreamMeasurement
 
 Log = Callable[[str], None]
 FreeMode = Literal["unload", "service", "none"]

@@ -14,7 +14,6 @@ from llm_bench.client import (
     ChatRequest,
     OpenAIClient,
     RouterClient,
-    ServerError,
     StatusWatcher,
     StreamMeasurement,
     UnknownAlias,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from llm_bench.demo import write_demo_bed
 from llm_bench.testbed.llama_server import ensure_llama_server
 from llm_bench.testbed.router import RouterProcess, start_router
 from llm_bench.testbed.tiny_gguf import TinyModelSpec, write_tiny_model
@@ -26,6 +27,20 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             root / "draft.gguf", TinyModelSpec(seed=2, n_embd=32, n_layer=1, name="tiny-draft")
         ),
     }
+
+
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo's presets INI (tiny-plain, tiny-draft, tiny-draft-synth, tiny-ngram) and its models."""
+    return write_demo_bed(tmp_path_factory.mktemp("bed"))
+
+
+@pytest.fixture(scope="module")
+def router(llama_server_bin: Path, bed: Path) -> Iterator[RouterProcess]:
+    """A real router serving the demo bed, shared by one test module."""
+    router = start_router(llama_server_bin, bed, log_path=bed.parent / "router.log")
+    yield router
+    router.stop()
 
 
 StartRouter = Callable[..., RouterProcess]

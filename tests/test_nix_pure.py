@@ -120,7 +120,7 @@ def test_bad_preset_data_fails_naming_preset_and_key(preset: str, section: str, 
     # The same problem through builtins.tryEval: evaluation fails, it does not render.
     assert nix_eval(f"(builtins.tryEval ({expr})).success") is False
     errors = nix_eval(f"(import {RENDERER}).errors {{ {nix_string(preset)} = {section}; }}")
-    assert errors and all(f'preset "' in e for e in errors)
+    assert errors and all('preset "' in e for e in errors)
 
 
 def test_good_preset_sets_have_no_errors() -> None:

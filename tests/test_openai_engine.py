@@ -10,7 +10,6 @@ import pytest
 from click.testing import CliRunner
 
 from llm_bench.cli import main
-from llm_bench.demo import write_demo_bed
 from llm_bench.metrics import parse_prometheus, prefix_cache_counters, spec_counters
 from llm_bench.plan import ApiKeySource, Plan, PlanError, Protocol
 from llm_bench.protocol import run_plan
@@ -56,20 +55,6 @@ def test_deltas_between_scrapes():
 
 
 # --- against the real llama-server, through /v1 ------------------------------------------------
-
-@pytest.fixture(scope="module")
-def bed(tmp_path_factory) -> Path:
-    return write_demo_bed(tmp_path_factory.mktemp("openai-bed"))
-
-
-@pytest.fixture(scope="module")
-def router(llama_server_bin, bed, tmp_path_factory):
-    from llm_bench.testbed.router import start_router
-
-    router = start_router(llama_server_bin, bed, log_path=bed.parent / "router.log")
-    yield router
-    router.stop()
-
 
 def test_stream_measurement_agrees_with_the_servers_timings(router, tmp_path):
     result = invoke("run", "--engine", "openai", "--url", router.url, "--alias", "tiny-plain",

@@ -15,22 +15,12 @@ import pytest
 from click.testing import CliRunner
 
 from llm_bench.cli import main
-from llm_bench.demo import write_demo_bed
 from llm_bench.gpu import Nvml, PowerLimitError
 from llm_bench.power import LimitResult, restore_leftover, state_path, sweep
-from llm_bench.testbed.router import start_router
 from tests.fake_nvml import FakeGpu, FakeNvml, read_state, write_state
 
 REPO = Path(__file__).resolve().parents[1]
 LLM_BENCH = [sys.executable, "-m", "llm_bench"]
-
-
-@pytest.fixture(scope="module")
-def router(llama_server_bin, tmp_path_factory):
-    bed = write_demo_bed(tmp_path_factory.mktemp("bed"))
-    router = start_router(llama_server_bin, bed, log_path=bed.parent / "router.log")
-    yield router
-    router.stop()
 
 
 @pytest.fixture

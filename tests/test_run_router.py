@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import tomllib
-from pathlib import Path
 
 import httpx
 import pytest
@@ -11,28 +10,16 @@ from click.testing import CliRunner
 
 import llm_bench.client as client_module
 from llm_bench.cli import main
-from llm_bench.demo import DRAFT_MAX, SYNTH_LEN, write_demo_bed
+from llm_bench.demo import DRAFT_MAX, SYNTH_LEN
 from llm_bench.gpu import Nvml
 from llm_bench.plan import Plan, Protocol
 from llm_bench.protocol import RunAborted, run_plan
 from llm_bench.results import load_results
 from llm_bench.testbed.presets import render_presets_ini
-from llm_bench.testbed.router import free_port, start_router
+from llm_bench.testbed.router import free_port
 from tests.fake_nvml import FakeGpu, FakeNvml
 
 ALIASES = ["tiny-draft", "tiny-draft-synth", "tiny-ngram", "tiny-plain"]
-
-
-@pytest.fixture(scope="module")
-def bed(tmp_path_factory) -> Path:
-    return write_demo_bed(tmp_path_factory.mktemp("bed"))
-
-
-@pytest.fixture(scope="module")
-def router(llama_server_bin, bed):
-    router = start_router(llama_server_bin, bed, log_path=bed.parent / "router.log")
-    yield router
-    router.stop()
 
 
 def status_of(url: str, alias: str) -> str:

@@ -8,17 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from llm_bench.cli import main
-from llm_bench.demo import write_demo_bed
 from llm_bench.soak import KINDS, SoakRequest, SoakResult, analyse, trend
-from llm_bench.testbed.router import free_port, start_router
-
-
-@pytest.fixture(scope="module")
-def router(llama_server_bin, tmp_path_factory):
-    bed = write_demo_bed(tmp_path_factory.mktemp("bed"))
-    router = start_router(llama_server_bin, bed, log_path=bed.parent / "router.log")
-    yield router
-    router.stop()
+from llm_bench.testbed.router import free_port
 
 
 def soak(*args: str):

@@ -10,13 +10,11 @@ import pytest
 from click.testing import CliRunner
 
 from llm_bench.cli import main
-from llm_bench.demo import write_demo_bed
 from llm_bench.gpu import GpuSample, Nvml, memory_bandwidth_gbs
 from llm_bench.plan import Plan, Protocol
 from llm_bench.protocol import run_plan
 from llm_bench.results import load_results
 from llm_bench.telemetry import COUNTER, INTEGRATION, summarise
-from llm_bench.testbed.router import start_router
 from tests.fake_nvml import FakeGpu, FakeNvml
 
 ENERGY = "nvmlDeviceGetTotalEnergyConsumption"
@@ -71,18 +69,6 @@ def test_energy_from_counter_else_power_integration():
     assert summary["mean_power_w"] == [200.0]
     nothing = summarise([GpuSample(0, 0.0, 1000.0)], output_tokens=5, t0=0.0)
     assert "energy_j" not in nothing and "energy_unavailable" in nothing
-
-
-@pytest.fixture(scope="module")
-def bed(tmp_path_factory) -> Path:
-    return write_demo_bed(tmp_path_factory.mktemp("bed"))
-
-
-@pytest.fixture(scope="module")
-def router(llama_server_bin, bed):
-    router = start_router(llama_server_bin, bed, log_path=bed.parent / "router.log")
-    yield router
-    router.stop()
 
 
 def measure(router, tmp_path, fake, aliases=("tiny-plain",)) -> Path:
