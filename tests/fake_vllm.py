@@ -29,6 +29,7 @@ class FakeVllmConfig:
     prefix_cache: bool = True
     cached_tokens_in_usage: bool = False  # vLLM says so only with --enable-prompt-tokens-details
     drop_requests: int = 0  # close this many connections without answering, as a proxy can
+    fail_requests: int = 0  # answer this many completions with HTTP 500, as an engine still compiling does
 
 
 @dataclass
@@ -41,6 +42,8 @@ class FakeVllmState:
     prefix_hits: int = 0
     seen_prompts: set[str] = field(default_factory=set)
     dropped: int = 0
+    chat_calls: int = 0
+    health_calls: int = 0
     auth_headers: list[str | None] = field(default_factory=list)
 
 
@@ -109,7 +112,10 @@ class FakeVllm:
                 return True
 
             def do_GET(self) -> None:
-                if self.path == "/metrics":
+                if self.path == "/health":  # vLLM answers it before the engine can serve
+                    fake.state.health_calls += 1
+                    self._json(200, {"status": "ok"})
+                elif self.path == "/metrics":
                     data = fake.metrics_text().encode()
                     self.send_response(200)
                     self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -129,6 +135,12 @@ class FakeVllm:
                     fake.state.dropped += drop
                 if drop:
                     return  # the connection closes with no status line
+                with fake.lock:
+                    fake.state.chat_calls += 1
+                    failing = fake.state.chat_calls <= fake.config.fail_requests
+                if failing:
+                    self._json(500, {"error": {"message": "EngineDeadError: engine core is still compiling"}})
+                    return
                 if not self._authorised():
                     return
                 if body.get("model") != fake.config.model:

@@ -9,11 +9,8 @@ format.
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -36,6 +33,7 @@ from llm_bench.engine_switch import (
 )
 from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.testbed.router import free_port
+from tests.fake_vllm import FakeVllm, FakeVllmConfig
 
 # One helper script for every stand-in: start/stop a background llama-server with a pid file.
 HELPER = r'''
@@ -230,95 +228,30 @@ def test_engine_that_never_serves_times_out_clearly(bed, router_factory) -> None
     assert router_answers(router.url)
 
 
-class HealthyButNotServing(BaseHTTPRequestHandler):
-    """/health says ok at once; completions fail `failures` times (as an engine still
-    compiling or dead on its first prompt would), then stream a real answer."""
-
-    failures = 3
-    chat_calls = 0
-    health_calls = 0
-
-    def log_message(self, *args) -> None:
-        pass
-
-    def _json(self, status: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:
-        if self.path == "/health":
-            type(self).health_calls += 1
-            self._json(200, {"status": "ok"})
-        elif self.path == "/v1/models":
-            self._json(200, {"object": "list", "data": [{"id": "qwen3.8-27b", "object": "model"}]})
-        else:
-            self._json(404, {"error": {"message": "not found"}})
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length", 0))
-        body = json.loads(self.rfile.read(length))
-        cls = type(self)
-        cls.chat_calls += 1
-        if cls.chat_calls <= cls.failures:
-            self._json(500, {"error": {"message": "EngineDeadError: engine core is still compiling"}})
-            return
-        assert body["stream"] is True and body["model"] == "qwen3.8-27b"
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.end_headers()
-        chunks = [
-            ": keep-alive",
-            "data: " + json.dumps({"choices": [{"index": 0, "delta": {"role": "assistant"}}]}),
-            "data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": "ready"}}]}),
-            "data: " + json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
-            "data: " + json.dumps({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 1}}),
-            "data: [DONE]",
-        ]
-        self.wfile.write("".join(c + "\n\n" for c in chunks).encode())
-
-
-@pytest.fixture
-def fake_engine():
-    HealthyButNotServing.chat_calls = 0
-    HealthyButNotServing.health_calls = 0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), HealthyButNotServing)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
-def test_health_is_not_readiness(fake_engine) -> None:
-    assert httpx.get(f"{fake_engine}/health").status_code == 200
-    HealthyButNotServing.health_calls = 0
-    engine = EngineSide(url=fake_engine, up_command="true", down_command="true", model=None,
-                        ready_timeout_s=30, poll_s=0.05, api_key="sk-secret-not-logged")
-    messages: list[str] = []
-    model, probe, _ = wait_until_serving(engine, messages.append)
+def test_health_is_not_readiness() -> None:
+    with FakeVllm(FakeVllmConfig(model="qwen3.8-27b", fail_requests=3)) as fake:
+        assert httpx.get(f"{fake.url}/health").status_code == 200
+        fake.state.health_calls = 0
+        engine = EngineSide(url=fake.url, up_command="true", down_command="true", model=None,
+                            ready_timeout_s=30, poll_s=0.05, api_key="sk-secret-not-logged")
+        messages: list[str] = []
+        model, probe, _ = wait_until_serving(engine, messages.append)
     assert model == "qwen3.8-27b"
-    assert HealthyButNotServing.chat_calls == HealthyButNotServing.failures + 1
-    assert HealthyButNotServing.health_calls == 0
-    assert probe.output_tokens == 1
+    assert fake.state.chat_calls == 3 + 1
+    assert fake.state.health_calls == 0
+    assert probe.output_tokens == engine.probe_max_tokens
     assert any("EngineDeadError" in m for m in messages)
     assert not any("sk-secret" in m for m in messages)
     assert "sk-secret" not in repr(engine)
 
 
-def test_timeout_names_the_engines_last_error(fake_engine) -> None:
-    HealthyButNotServing.failures = 10**6
-    try:
-        engine = EngineSide(url=fake_engine, up_command="true", down_command="true", model="qwen3.8-27b",
+def test_timeout_names_the_engines_last_error() -> None:
+    with FakeVllm(FakeVllmConfig(model="qwen3.8-27b", fail_requests=10**6)) as fake:
+        engine = EngineSide(url=fake.url, up_command="true", down_command="true", model="qwen3.8-27b",
                             ready_timeout_s=0.5, poll_s=0.1, name="HyperQwen")
         with pytest.raises(SwitchError, match=r"HyperQwen at .* did not serve a completion within 0.5 s .*"
                                               r"EngineDeadError: engine core is still compiling"):
             wait_until_serving(engine)
-    finally:
-        HealthyButNotServing.failures = 3
 
 
 def invoke(*args: str):
