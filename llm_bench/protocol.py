@@ -67,6 +67,8 @@ def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, lo
                 return [base]
 
         warmup, transitions = engine.warm_up(chat_request(alias, protocol, protocol.prompt))
+        if warmup.ttft_s is None:
+            raise ServerError("the warm-up request finished without streaming a single token")
         if cold:
             base.cold_load_s = warmup.ttft_s
             base.load_transitions = transitions
