@@ -34,15 +34,15 @@ def main() -> None:
               help="Read a Bearer API key from this file (never written to results or logs).")
 @click.option("--api-key-env", help="Read a Bearer API key from this environment variable.")
 @click.option("--metrics-url", help="Prometheus metrics of an OpenAI engine (default: URL/metrics).")
-@click.option("--server-log", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path),
               help="The server's log, for the in-run checks (default: llama-cpp.service's journal).")
-@click.option("--server-log-command", help="A command printing the server's log, e.g. 'docker logs hyperqwen'.")
+@click.option("--log-command", help="A command printing the server's log, e.g. 'docker logs hyperqwen'.")
 @click.option("--power-floor-w", type=float, help="Warn when a GPU's power limit is below this many watts.")
 @click.option("--roofline-min", type=float,
               help="Warn when decode reaches less than this fraction of the memory-bandwidth roofline (0.25).")
 @protocol_options
 def run(url, plan_file, aliases, label, output_dir, engine, api_key_file, api_key_env, metrics_url,
-        server_log, server_log_command, power_floor_w, roofline_min, **flags) -> None:
+        log_file, log_command, power_floor_w, roofline_min, **flags) -> None:
     """Measure presets of a llama.cpp router (or models of an OpenAI server); write a new results file."""
     try:
         plan = plan_from_mapping(load_plan_file(plan_file), relative_to=plan_file.parent) if plan_file else Plan()
@@ -57,7 +57,7 @@ def run(url, plan_file, aliases, label, output_dir, engine, api_key_file, api_ke
             api_key=ApiKeySource(api_key_file, api_key_env) if (api_key_file or api_key_env) else plan.api_key,
             metrics_url=metrics_url or plan.metrics_url,
             checks=replace(plan.checks, **{k: v for k, v in (
-                ("server_log", server_log), ("server_log_command", server_log_command),
+                ("log_file", log_file), ("log_command", log_command),
                 ("power_floor_w", power_floor_w), ("roofline_min", roofline_min)) if v is not None}),
         )
         writer = run_plan(plan, log)

@@ -281,7 +281,7 @@ class InRunChecks:
     def __init__(self, nvml: Nvml, log: Log, settings: Checks = Checks()):
         self.nvml = nvml
         self.log = log
-        self.source = log_source(settings.server_log, settings.server_log_command)
+        self.source = log_source(settings.log_file, settings.log_command)
         self.floor_w = settings.power_floor_w
         self.min_fraction = settings.roofline_min
         self._mark = 0

@@ -115,8 +115,8 @@ class ApiKeySource:
 class Checks:
     """Settings of the doctor's checks that run during every measurement (see docs/gpu.md)."""
 
-    server_log: Path | None = None  # a file with the server's log
-    server_log_command: str | None = None  # or a command printing it; neither: the journal when it exists
+    log_file: Path | None = None  # a file with the server's log
+    log_command: str | None = None  # or a command printing it; neither: the journal when it exists
     power_floor_w: float | None = None  # warn when a GPU's power limit is below this
     roofline_min: float = 0.25  # warn when decode reaches less than this fraction of the roofline
 
@@ -195,9 +195,9 @@ def plan_from_mapping(data: dict[str, Any], *, relative_to: Path | None = None,
         key_file = relative_to / key_file
     checks_data = dict(data.get("checks", {}))
     _check_keys("[checks]", checks_data, CHECK_KEYS)
-    if checks_data.get("server_log") is not None:
-        log_path = Path(checks_data["server_log"])
-        checks_data["server_log"] = log_path if relative_to is None or log_path.is_absolute() else relative_to / log_path
+    if checks_data.get("log_file") is not None:
+        log_path = Path(checks_data["log_file"])
+        checks_data["log_file"] = log_path if relative_to is None or log_path.is_absolute() else relative_to / log_path
     return Plan(
         checks=Checks(**checks_data),
         url=str(data.get("url", DEFAULT_URL)),

@@ -153,7 +153,7 @@ def test_checks_run_during_every_run(router, tmp_path):
     fake = FakeNvml(gpus=[FakeGpu(power_limit_mw=250000)])
     plan = Plan(url=router.url, aliases=("tiny-plain", "tiny-trap"), output_dir=tmp_path,
                 protocol=Protocol(runs=1, max_tokens=32),
-                checks=Checks(server_log=router.log_path, power_floor_w=300))
+                checks=Checks(log_file=router.log_path, power_floor_w=300))
     records = {r.alias: r for r in load_results(run_plan(plan, lambda m: None, nvml=Nvml(fake)).path).aliases}
     for record in records.values():
         text = " ".join(record.warnings)
