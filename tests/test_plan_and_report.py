@@ -86,3 +86,14 @@ def test_nvml_without_driver_is_unavailable_not_zero():
         reading = nvml.vram_used()
     assert reading.used_mib is None
     assert "Driver Not Loaded" in reading.unavailable
+
+
+def test_plan_checks_section(tmp_path):
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text('[checks]\nlog_file = "llama.log"\npower_floor_w = 250\n')
+    plan = plan_from_mapping(load_plan_file(plan_file), relative_to=tmp_path)
+    assert plan.checks.log_file == tmp_path / "llama.log"
+    assert plan.checks.power_floor_w == 250 and plan.checks.roofline_min == 0.25
+    plan_file.write_text('[checks]\npower_flor_w = 250\n')
+    with pytest.raises(PlanError, match=r"\[checks\]: unknown key\(s\) power_flor_w"):
+        plan_from_mapping(load_plan_file(plan_file))
