@@ -79,11 +79,11 @@ def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, tit
                         ha="right", va="center", fontsize=7, color="#dd6b20")
 
     if marked and (baseline is None or not baseline.decode_tps):
-        ax.legend(loc="lower right", fontsize=9)
+        ax.legend(loc="best", fontsize=9)
     if baseline is not None and baseline.decode_tps:
         ax.axvline(baseline.decode_tps, color="#c53030", linestyle="--", linewidth=1.2,
                    label=f"baseline: {baseline.configuration} ({baseline.decode_tps:.1f} t/s)")
-        ax.legend(loc="lower right", fontsize=9)
+        ax.legend(loc="best", fontsize=9)
 
     ax.set_title(title or "Decode speed by configuration (faster is better)")
     ax.spines[["top", "right"]].set_visible(False)
