@@ -283,6 +283,9 @@ class RouterClient(OpenAIClient):
         if response.status_code != 200:
             raise ServerError(f"{action} {alias!r}: {error_message(response)}")
 
+    def load(self, alias: str) -> None:
+        self._post_model("load", alias)
+
     def unload(self, alias: str) -> None:
         self._post_model("unload", alias)
 
