@@ -114,7 +114,21 @@ def measured_runs(engine: Engine, request: ChatRequest, runs: int, record: Alias
             check_length(record, run, request.max_tokens)
     after = engine.spec_counters(request.model)
     record.spec = after.minus(before) if before and after else spec_from_runs(record.runs)
+    log("  " + describe_summary(record))
     check_acceptance_trap(record, log)
+
+
+def describe_summary(record: AliasRecord) -> str:
+    """hyperfine-style: the median, then the spread, of what the table will show."""
+    decode, ttft = record.summary("decode_tps"), record.summary("ttft_ms")
+    if decode is None:
+        return "no decode rate measured"
+    text = f"Decode: {decode.median:.1f} t/s median [min {decode.min:.1f}, max {decode.max:.1f}]"
+    if ttft is not None:
+        text += f", TTFT {ttft.median:.0f} ms median [min {ttft.min:.0f}, max {ttft.max:.0f}]"
+    if record.spec is not None and record.spec.acceptance_rate is not None:
+        text += f", draft acceptance {record.spec.acceptance_rate:.1%}"
+    return text
 
 
 def standard(engine: Engine, alias: str, protocol: Protocol, base: AliasRecord, log: Log) -> list[AliasRecord]:

@@ -145,6 +145,7 @@ def test_vllm_stream_and_metrics(tmp_path):
                         "--output-dir", str(tmp_path), "--workload", "protocol", "--workload", "prefix-cache",
                         "--prefix-tokens", "2000")
     assert result.exit_code == 0, result.output
+    assert "Decode: " in result.output and "t/s median [min " in result.output  # each alias summed up as it ends
     records = {a["workload"]: a for a in only_results(tmp_path)["aliases"]}
     proto = records["protocol"]
     assert proto["output_tokens"] == 90  # usage, although only 30 chunks carried tokens
