@@ -20,6 +20,7 @@
 let
   cfg = config.services.llama-cpp;
   ini = import ./lib/presets-ini.nix;
+  cuda = import ./lib/cuda-unit.nix;
   inherit (lib) mkOption types;
 
   iniValue = types.nullOr (types.oneOf [ types.str types.int types.bool types.float types.path ]);
@@ -152,12 +153,7 @@ in
 
     deviceAllow = mkOption {
       type = types.listOf types.str;
-      default = [
-        "char-nvidiactl"
-        "char-nvidia-frontend" # /dev/nvidia0, /dev/nvidia1, ...
-        "char-nvidia-uvm" # /dev/nvidia-uvm, /dev/nvidia-uvm-tools
-        "char-nvidia-caps" # /dev/nvidia-caps/*
-      ];
+      default = cuda.nvidiaDevices;
       description = "Devices the hardened unit may open (systemd DeviceAllow=, with DevicePolicy=closed). The default is the NVIDIA device nodes that CUDA needs.";
     };
   };
@@ -191,7 +187,7 @@ in
         HOME = cacheDir;
       } // cfg.environment;
 
-      serviceConfig = {
+      serviceConfig = cuda.gpuAccess cfg.deviceAllow // {
         Type = "exec";
         ExecStart = "${cfg.package}/bin/llama-server ${ini.escapeSystemdArgs serverArgs}";
         KillSignal = "SIGINT";
@@ -203,20 +199,6 @@ in
         # The model cache, shared by every specialisation: same unit, same directory.
         CacheDirectory = "llama-cpp";
         WorkingDirectory = cacheDir;
-
-        # GPU access. PrivateDevices=true would give the unit a /dev without the NVIDIA
-        # nodes, so it stays false and DeviceAllow= opens exactly those nodes
-        # (DevicePolicy=closed still allows /dev/null, /dev/zero, /dev/urandom, ...).
-        PrivateDevices = false;
-        DevicePolicy = "closed";
-        DeviceAllow = cfg.deviceAllow;
-        # CUDA JIT-compiles PTX for the card and maps the result executable; the driver
-        # also needs writable+executable mappings. MemoryDenyWriteExecute=true (nixpkgs'
-        # setting) makes CUDA initialisation fail, so it is off.
-        MemoryDenyWriteExecute = false;
-        # The CUDA driver and NVML read /proc/driver/nvidia/*, and `fit` reads
-        # /proc/meminfo; ProcSubset=pid would hide both.
-        ProcSubset = "all";
 
         # hardening
         DynamicUser = true;

@@ -12,6 +12,7 @@
 { config, lib, pkgs, ... }:
 
 let
+  cuda = import ./lib/cuda-unit.nix;
   cfg = config.services.vllm;
   vllmArgs = import ./lib/vllm-args.nix;
   inherit (lib) mkOption types;
@@ -164,7 +165,7 @@ in
 
     deviceAllow = mkOption {
       type = types.listOf types.str;
-      default = [ "char-nvidiactl" "char-nvidia-frontend" "char-nvidia-uvm" "char-nvidia-caps" ];
+      default = cuda.nvidiaDevices;
       description = "Devices the unit may open (systemd DeviceAllow=, with DevicePolicy=closed): the NVIDIA device nodes.";
     };
   };
@@ -184,7 +185,7 @@ in
         VLLM_CACHE_ROOT = "${cacheDir}/vllm";
       } // cfg.environment;
 
-      serviceConfig = {
+      serviceConfig = cuda.gpuAccess cfg.deviceAllow // {
         Type = "exec";
         ExecStart = vllmArgs.execStart "${cfg.package}/bin/vllm" args;
         # Model download, weight loading, torch.compile and CUDA graph capture.
@@ -198,14 +199,6 @@ in
         DynamicUser = true;
         CacheDirectory = "vllm";
         WorkingDirectory = cacheDir;
-
-        # GPU access (as services.llama-cpp): the NVIDIA nodes only; CUDA and Triton JIT
-        # need writable+executable memory, NVML reads /proc/driver/nvidia.
-        PrivateDevices = false;
-        DevicePolicy = "closed";
-        DeviceAllow = cfg.deviceAllow;
-        MemoryDenyWriteExecute = false;
-        ProcSubset = "all";
 
         # Hardening that tensor-parallel workers (shared memory, NCCL over loopback) survive.
         NoNewPrivileges = true;
