@@ -175,7 +175,7 @@ class FakeVllm:
 
         send(": keep-alive\n\n")
         send(chunk({"role": "assistant", "content": ""}))
-        time.sleep(0.01 if cached else 0.01 + prompt_tokens * 2e-5)  # a cache hit skips the prefill
+        time.sleep(0.01 if cached else 0.01 + prompt_tokens * 1e-4)  # a cache hit skips the prefill
         sent, chunks = 0, 0
         while sent < n_tokens:
             if cfg.cut_after_chunks is not None and chunks >= cfg.cut_after_chunks:
