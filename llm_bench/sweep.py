@@ -19,7 +19,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from llm_bench.engine_switch import EngineSide, RouterSide, SwitchError, bring_up, tear_down
+from llm_bench.engine_switch import (
+    EngineSide,
+    RouterSide,
+    SwitchError,
+    bring_up,
+    router_answers,
+    run_command,
+    tear_down,
+)
 from llm_bench.plan import (
     DEFAULT_URL,
     ApiKeySource,
@@ -152,15 +160,6 @@ def switch_command(plan: SweepPlan, specialisation: str, override: str | None = 
                                                      specialisation=specialisation)
 
 
-def _router_answers(url: str) -> bool:
-    import httpx
-
-    try:
-        return httpx.get(f"{url.rstrip('/')}/models", timeout=5).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 def _unit_active(unit: str) -> bool:
     if not unit or shutil.which("systemctl") is None:
         return True
@@ -170,14 +169,13 @@ def _unit_active(unit: str) -> bool:
 def switch_to(plan: SweepPlan, specialisation: str, log: Log, override: str | None = None,
               expect_package: str | None = None) -> dict[str, Any]:
     """Run the switch, wait for the unit and the router, and return the marker once it is the expected one."""
-    command = switch_command(plan, specialisation, override)
-    log(f"switching to {specialisation}: {command}")
-    done = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=plan.switch_timeout_s)
-    if done.returncode != 0:
-        tail = (done.stdout + done.stderr).strip()[-1500:]
-        raise SweepError(f"switching to {specialisation} failed (exit {done.returncode}): {command}\n{tail}")
+    try:
+        run_command(switch_command(plan, specialisation, override), what=f"switching to {specialisation}",
+                    timeout=plan.switch_timeout_s, log=log)
+    except SwitchError as e:
+        raise SweepError(f"switching to {specialisation} failed: {e}") from e
     deadline = time.monotonic() + plan.switch_timeout_s
-    while not (_unit_active(plan.unit) and _router_answers(plan.url)):
+    while not (_unit_active(plan.unit) and router_answers(plan.url)):
         if time.monotonic() > deadline:
             raise SweepError(f"after switching to {specialisation}, {plan.unit or 'the router'} did not answer "
                              f"on {plan.url} within {plan.switch_timeout_s:.0f} s")
