@@ -3,34 +3,62 @@
 #
 # This replaces nixpkgs' nixos/modules/services/misc/llama-cpp.nix (disabledModules below)
 # and keeps every option it has (enable, package, model, modelsDir, extraFlags, host, port,
-# openFirewall), so configurations written for it keep working. It adds router mode:
-# `presets` is rendered to the INI file given to `--models-preset`; models load on the first
-# request that names them and sleep after `sleepIdleSeconds` without requests; at most
-# `modelsMax` are loaded at once. Downloads (`hf-repo`) go to /var/cache/llama-cpp
-# (LLAMA_CACHE), which every specialisation shares, so switching builds re-downloads nothing.
+# openFirewall) with nixpkgs' defaults, so configurations written for it keep working: port
+# 8080, no idle sleep, no device restriction (a ROCm or Vulkan package reaches its GPU). This
+# project's choices (port 48123, 300 s idle sleep, the NVIDIA device nodes) are set by the
+# base module, ./base-presets.nix, at mkDefault priority.
+#
+# It adds router mode: `presets` (and `presetGrids`) are rendered to the INI file given to
+# `--models-preset`; models load on the first request that names them and, with
+# `sleepIdleSeconds`, sleep after that long without requests; at most `modelsMax` are loaded
+# at once. Downloads (`hf-repo`) go to /var/cache/llama-cpp (LLAMA_CACHE), which every
+# specialisation shares, so switching builds re-downloads nothing. The INI is built by a
+# derivation that runs the package's own `llama-server --help` and refuses keys it does not
+# know (../pkgs/check-preset-keys), so a misspelled key fails the build, not the service.
 #
 # The rendered INI is also installed as /etc/llama-cpp/presets.ini, next to a marker,
 # /etc/llama-cpp/active.json, that says which specialisation, package and version are active
 # (format: docs/nixos.md). The unit's ExecStart names the INI by its store path, so a change
 # of presets or package changes the unit and `switch-to-configuration` restarts it.
 #
-# The pure parts (INI rendering, checks, command line, marker) are in ./lib/presets-ini.nix.
+# The pure parts (INI rendering, checks, grids, command line, marker) are in
+# ./lib/presets-ini.nix.
 { config, lib, pkgs, ... }:
 
 let
   cfg = config.services.llama-cpp;
-  ini = import ./lib/presets-ini.nix;
+  ini = import ./lib/presets-ini.nix { inherit lib; };
   cuda = import ./lib/cuda-unit.nix;
   inherit (lib) mkOption types;
 
   iniValue = types.nullOr (types.oneOf [ types.str types.int types.bool types.float types.path ]);
+  presetType = types.attrsOf iniValue;
+
+  gridPresets = lib.mapAttrsToList (prefix: g: ini.grid { inherit prefix; inherit (g) base axes; }) cfg.presetGrids;
 
   presetNames = ini.presetNames cfg.presets;
   hasPresets = presetNames != [ ];
   routerMode = hasPresets || cfg.modelsDir != null;
   cacheDir = "/var/cache/llama-cpp";
 
-  presetsFile = pkgs.writeText "llama-cpp-presets.ini" cfg.presetsIni;
+  keyChecker = pkgs.callPackage ../pkgs/check-preset-keys { };
+
+  # The INI, checked against the keys this configuration's own llama-server accepts: a
+  # specialisation with another package (a fork with other options) is checked against it.
+  presetsFile =
+    if cfg.checkPresetKeys then
+      pkgs.runCommand "llama-cpp-presets.ini"
+        {
+          nativeBuildInputs = [ keyChecker ];
+          text = cfg.presetsIni;
+          passAsFile = [ "text" ];
+        }
+        ''
+          check-preset-keys --server ${cfg.package}/bin/llama-server "$textPath"
+          cp "$textPath" "$out"
+        ''
+    else
+      pkgs.writeText "llama-cpp-presets.ini" cfg.presetsIni;
 
   serverArgs = ini.serverArgs {
     inherit (cfg) host port model modelsDir extraFlags;
@@ -38,6 +66,15 @@ let
     modelsMax = if routerMode then cfg.modelsMax else null;
     inherit (cfg) sleepIdleSeconds;
   };
+
+  deviceAccess =
+    if cfg.deviceAllow != null then
+      cuda.gpuAccess cfg.deviceAllow
+    else
+      removeAttrs (cuda.gpuAccess [ ]) [
+        "DevicePolicy"
+        "DeviceAllow"
+      ];
 
   marker = ini.marker {
     inherit (cfg) specialisation;
@@ -61,7 +98,11 @@ in
       type = types.nullOr types.path;
       default = null;
       example = "/models/mistral-instruct-7b/ggml-model-q4_0.gguf";
-      description = "Model path, for a single-model server. Leave null in router mode (`presets`).";
+      description = ''
+        Model path, for a single-model server. Leave null in router mode (`presets`). A path
+        value (`./model.gguf`) is copied to the Nix store, as with nixpkgs' module; a string
+        names the file where it is.
+      '';
     };
 
     modelsDir = mkOption {
@@ -87,7 +128,7 @@ in
 
     port = mkOption {
       type = types.port;
-      default = 48123;
+      default = 8080;
       description = "Listen port for LLaMA C++ server.";
     };
 
@@ -98,7 +139,7 @@ in
     };
 
     presets = mkOption {
-      type = types.attrsOf (types.attrsOf iniValue);
+      type = types.attrsOf presetType;
       default = { };
       example = lib.literalExpression ''
         {
@@ -115,8 +156,64 @@ in
         Each attribute is a preset (the name clients put in `"model"`); `"*"` holds settings
         that every preset inherits. Keys are llama-server arguments without leading dashes;
         values are strings, integers, floats, booleans or paths (null leaves the key out).
-        A name with a line break or `]`, a value with a line break, `;` or `#`, or a value of
-        another type fails evaluation with a message that names the preset and the key.
+        Floats are written without loss (as Python's repr: `5e-07`, `0.7`); a path value is
+        copied to the Nix store. A name with a line break or `]`, a value with a line break,
+        `;` or `#`, or a value of another type fails evaluation with a message that names the
+        preset and the key; a key the package's `llama-server --help` does not list fails the
+        build of the INI (see `checkPresetKeys`).
+      '';
+    };
+
+    presetGrids = mkOption {
+      type = types.attrsOf (
+        types.submodule {
+          options = {
+            base = mkOption {
+              type = presetType;
+              default = { };
+              description = "Settings every preset of the grid starts from.";
+            };
+            axes = mkOption {
+              type = types.listOf (types.attrsOf presetType);
+              description = ''
+                The axes, in the order of the name's parts: each maps a label to the
+                settings it adds (an empty label adds no part to the name).
+              '';
+            };
+          };
+        }
+      );
+      default = { };
+      example = lib.literalExpression ''
+        {
+          ampere = {
+            base.hf-repo = "unsloth/Qwen3.8-27B-GGUF:UD-Q4_K_XL";
+            axes = [
+              { turbo3 = { cache-type-k = "turbo3"; cache-type-v = "turbo3"; };
+                turbo4 = { cache-type-k = "turbo4"; cache-type-v = "turbo4"; }; }
+              { d1 = { spec-type = "draft-mtp"; spec-draft-n-max = 1; };
+                d3 = { spec-type = "draft-mtp"; spec-draft-n-max = 3; }; }
+            ];
+          };
+        }
+      '';
+      description = ''
+        Presets declared as a grid: every combination of one entry per axis over `base`,
+        named `NAME-label1-label2` (`ampere-turbo3-d1`, `ampere-turbo3-d3`, ...), added to
+        `presets` and rendered and checked like hand-written ones.
+      '';
+    };
+
+    checkPresetKeys = mkOption {
+      type = types.bool;
+      default = pkgs.stdenv.buildPlatform.canExecute pkgs.stdenv.hostPlatform;
+      defaultText = lib.literalExpression "pkgs.stdenv.buildPlatform.canExecute pkgs.stdenv.hostPlatform";
+      description = ''
+        Build the presets INI only if every key is one that `package`'s own
+        `llama-server --help` lists (or a router-only preset key); an unknown key fails the
+        build with the preset, the key and the nearest known key. llama-server refuses such
+        a file at start, so without the check the service would fail and restart. Off when
+        the build machine cannot run the package (cross-compiling).
       '';
     };
 
@@ -134,8 +231,9 @@ in
 
     sleepIdleSeconds = mkOption {
       type = types.nullOr (types.either types.ints.positive (types.enum [ (-1) ]));
-      default = 300;
-      description = "Seconds without requests after which a loaded model sleeps and frees its memory (`--sleep-idle-seconds`; -1 = never, null = llama-server's default).";
+      default = null;
+      example = 300;
+      description = "Seconds without requests after which a loaded model sleeps and frees its memory (`--sleep-idle-seconds`; -1 = never; null passes no flag: llama-server's default, no sleep, as nixpkgs' module).";
     };
 
     environment = mkOption {
@@ -152,14 +250,20 @@ in
     };
 
     deviceAllow = mkOption {
-      type = types.listOf types.str;
-      default = cuda.nvidiaDevices;
-      description = "Devices the hardened unit may open (systemd DeviceAllow=, with DevicePolicy=closed). The default is the NVIDIA device nodes that CUDA needs.";
+      type = types.nullOr (types.listOf types.str);
+      default = null;
+      example = lib.literalExpression "(import ./lib/cuda-unit.nix).nvidiaDevices";
+      description = ''
+        Devices the hardened unit may open (systemd DeviceAllow=, with DevicePolicy=closed).
+        null, the default, restricts no device, as nixpkgs' module: CUDA, ROCm and Vulkan
+        packages all reach their GPU. The base module sets the NVIDIA device nodes CUDA needs.
+      '';
     };
   };
 
   config = lib.mkIf cfg.enable {
     services.llama-cpp.presetsIni = ini.render cfg.presets;
+    services.llama-cpp.presets = lib.mkMerge gridPresets;
 
     assertions = [
       {
@@ -187,7 +291,7 @@ in
         HOME = cacheDir;
       } // cfg.environment;
 
-      serviceConfig = cuda.gpuAccess cfg.deviceAllow // {
+      serviceConfig = deviceAccess // {
         Type = "exec";
         ExecStart = "${cfg.package}/bin/llama-server ${ini.escapeSystemdArgs serverArgs}";
         KillSignal = "SIGINT";

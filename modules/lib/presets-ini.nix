@@ -1,21 +1,28 @@
-# Pure logic of the llama.cpp router module, written with builtins only so that the
-# tests can evaluate it without nixpkgs:
+# Pure logic of the llama.cpp router module, on nixpkgs' lib: the presets INI, its checks, preset
+# grids, the command line and the marker. Render a presets attrset to INI text with nixpkgs' lib
+# alone (docs/nixos.md, "Rendering presets"):
 #
-#   nix-instantiate --eval --strict --json -E \
-#     'let p = import ./modules/lib/presets-ini.nix; in p.render { "*" = { c = 8192; }; m = { model = "/m.gguf"; }; }'
+#   nix-instantiate --eval --strict --json -E '
+#     let ini = import ./modules/lib/presets-ini.nix { lib = import <nixpkgs/lib>; };
+#     in ini.render { "*" = { ctx-size = 8192; }; m = { model = "/m.gguf"; min-p = 0.05; }; }'
 #
 # The INI dialect is the one llama-server's `--models-preset` parses (common/preset.cpp,
 # "Model presets" in tools/server/README.md):
 #   - a section header is `[name]`; the name may hold any character except `]` and a line
 #     break, and surrounding blanks are stripped;
 #   - a key matches [a-zA-Z_][a-zA-Z0-9_.-]* and is a llama-server argument without its
-#     leading dashes (`ctx-size`), its short form (`c`) or its environment variable;
+#     leading dashes (`ctx-size`), its short form (`c`) or its environment variable; which
+#     keys a given llama-server knows is checked when the INI is built (check-preset-keys);
 #   - a value runs to the end of the line, stops at the first `;` or `#` (a comment), and
 #     loses leading and trailing blanks; there is no quoting or escaping;
-#   - `[*]` holds global settings that every preset inherits; a top-level `version = 1` is
-#     reserved and skipped.
+#   - `[*]` holds global settings that every preset inherits.
+# No `version = 1` line is written: recent routers skip it, but routers built from older
+# llama.cpp (the llamAmpere fork's base) read a top-level key as a preset named `default`, a
+# phantom model that llm-bench would then measure.
 # A value the parser would silently cut or change is refused here, with the preset and the
 # key in the message, instead of being rendered into a file that means something else.
+{ lib }:
+
 let
   inherit (builtins)
     attrNames
@@ -29,151 +36,195 @@ let
     isList
     isPath
     isString
-    length
     match
-    replaceStrings
     toJSON
-    toString
     typeOf
     ;
 
+  float = import ./float.nix { inherit lib; };
+  systemd = import ./systemd-args.nix;
+
   globalSection = "*";
 
-  # `*` first, then the presets in attribute (lexicographic) order.
-  sectionNames = presets:
-    let names = attrNames presets;
-    in (if presets ? ${globalSection} then [ globalSection ] else [ ])
-      ++ filter (n: n != globalSection) names;
-
   # Names are shown as JSON strings, so a line break reads `\n` in the message.
-  where = preset: key:
-    if key == null then "preset ${toJSON preset}"
-    else "preset ${toJSON preset}, key ${toJSON key}";
+  where =
+    preset: key:
+    if key == null then "preset ${toJSON preset}" else "preset ${toJSON preset}, key ${toJSON key}";
 
   hasLineBreak = s: match ".*[\n\r].*" s != null;
 
   showValue = v: if isString v then toJSON v else typeOf v;
 
-  nameErrors = preset:
-    let at = where preset null;
+  nameErrors =
+    preset:
+    let
+      at = where preset null;
     in
-    (if preset == "" then [ "${at}: the name is empty" ] else [ ])
-    ++ (if hasLineBreak preset then [ "${at}: the name contains a line break" ] else [ ])
-    ++ (if match ".*].*" preset != null then [ "${at}: the name contains `]`, which ends an INI section header" ] else [ ])
-    ++ (if preset != "" && match "[ \t].*|.*[ \t]" preset != null
-        then [ "${at}: the name starts or ends with a blank, which llama-server strips" ] else [ ]);
+    lib.optional (preset == "") "${at}: the name is empty"
+    ++ lib.optional (hasLineBreak preset) "${at}: the name contains a line break"
+    ++ lib.optional (
+      match ".*].*" preset != null
+    ) "${at}: the name contains `]`, which ends an INI section header"
+    ++ lib.optional (
+      preset != "" && match "[ \t].*|.*[ \t]" preset != null
+    ) "${at}: the name starts or ends with a blank, which llama-server strips";
 
-  keyErrors = preset: key:
-    if match "[a-zA-Z_][a-zA-Z0-9_.-]*" key != null then [ ]
-    else [ "${where preset key}: the key is not a valid INI key (it must match [a-zA-Z_][a-zA-Z0-9_.-]*; write llama-server arguments without their leading dashes)" ];
+  keyErrors =
+    preset: key:
+    lib.optional (match "[a-zA-Z_][a-zA-Z0-9_.-]*" key == null)
+      "${where preset key}: the key is not a valid INI key (it must match [a-zA-Z_][a-zA-Z0-9_.-]*; write llama-server arguments without their leading dashes)";
 
-  valueErrors = preset: key: value:
-    let at = where preset key;
+  valueErrors =
+    preset: key: value:
+    let
+      at = where preset key;
     in
-    if value == null then [ ]
-    else if isBool value || isInt value || isFloat value || isPath value then [ ]
+    if value == null || isBool value || isInt value || isPath value then
+      [ ]
+    else if isFloat value then
+      lib.optional (!(float.isFinite value)) "${at}: the float is not a finite number"
     else if isString value then
-      (if hasLineBreak value then [ "${at}: the value contains a line break" ] else [ ])
-      ++ (if match ".*[;#].*" value != null
-          then [ "${at}: the value contains `;` or `#`, which start an INI comment; llama-server would cut the value there" ] else [ ])
-      ++ (if value == "" then [ "${at}: the value is empty; use null to leave the key out" ] else [ ])
-      ++ (if value != "" && match "[ \t].*|.*[ \t]" value != null
-          then [ "${at}: the value starts or ends with a blank, which llama-server strips" ] else [ ])
-    else [ "${at}: unsupported value type ${typeOf value} (${showValue value}); use a string, an integer, a float, a boolean, a path or null" ];
+      lib.optional (hasLineBreak value) "${at}: the value contains a line break"
+      ++ lib.optional (
+        match ".*[;#].*" value != null
+      ) "${at}: the value contains `;` or `#`, which start an INI comment; llama-server would cut the value there"
+      ++ lib.optional (value == "") "${at}: the value is empty; use null to leave the key out"
+      ++ lib.optional (
+        value != "" && match "[ \t].*|.*[ \t]" value != null
+      ) "${at}: the value starts or ends with a blank, which llama-server strips"
+    else
+      [
+        "${at}: unsupported value type ${typeOf value} (${showValue value}); use a string, an integer, a float, a boolean, a path or null"
+      ];
 
-  sectionErrors = presets: preset:
-    let section = presets.${preset};
-    in
-    nameErrors preset
-    ++ (if isAttrs section
-        then concatMap (key: keyErrors preset key ++ valueErrors preset key section.${key}) (attrNames section)
-        else [ "${where preset null}: a preset must be an attribute set of keys, not a ${typeOf section}" ]);
-
-  # Every problem with the preset data, as a list of messages (empty when it is fine).
-  errors = presets:
-    if !(isAttrs presets) then [ "presets: expected an attribute set of presets, got a ${typeOf presets}" ]
-    else concatMap (sectionErrors presets) (sectionNames presets);
-
-  renderValue = v:
-    if isBool v then (if v then "true" else "false")
-    else toString v;
-
-  renderSection = presets: preset:
+  sectionErrors =
+    presets: preset:
     let
       section = presets.${preset};
-      keys = filter (k: section.${k} != null) (attrNames section);
     in
-    "[${preset}]\n"
-    + concatStringsSep "" (map (k: "${k} = ${renderValue section.${k}}\n") keys);
+    nameErrors preset
+    ++ (
+      if isAttrs section then
+        concatMap (key: keyErrors preset key ++ valueErrors preset key section.${key}) (attrNames section)
+      else
+        [ "${where preset null}: a preset must be an attribute set of keys, not a ${typeOf section}" ]
+    );
 
-  # The INI text, or an evaluation error listing every problem.
-  render = presets:
-    let errs = errors presets;
+  # Every problem with the preset data, as a list of messages (empty when it is fine).
+  errors =
+    presets:
+    if !(isAttrs presets) then
+      [ "presets: expected an attribute set of presets, got a ${typeOf presets}" ]
+    else
+      concatMap (sectionErrors presets) (attrNames presets);
+
+  # Floats as Python's repr (lossless, ./float.nix); a path is copied to the store, so the
+  # INI, and the unit that names it, depend on the file.
+  renderValue =
+    v:
+    if isBool v then
+      (if v then "true" else "false")
+    else if isFloat v then
+      float.toString v
+    else if isPath v then
+      "${v}"
+    else
+      toString v;
+
+  toINI = lib.generators.toINI {
+    # Names are checked above; nothing to escape.
+    mkSectionName = name: name;
+    mkKeyValue = lib.generators.mkKeyValueDefault { mkValueString = renderValue; } " = ";
+  };
+
+  # The INI text, `[*]` first, then the presets in attribute order; or an evaluation error
+  # listing every problem.
+  render =
+    presets:
+    let
+      errs = errors presets;
+      present = lib.mapAttrs (_: lib.filterAttrs (_: v: v != null)) presets;
+      parts = filter (s: s != "") [
+        (toINI (lib.filterAttrs (n: _: n == globalSection) present))
+        (toINI (removeAttrs present [ globalSection ]))
+      ];
     in
     if errs != [ ] then
       throw ("llama-cpp presets: invalid preset data:\n  " + concatStringsSep "\n  " errs)
     else
       "; llama.cpp router presets, generated by the llm-bench NixOS module; do not edit.\n"
-      + "version = 1\n"
-      + concatStringsSep "" (map (p: "\n" + renderSection presets p) (sectionNames presets));
+      + concatStringsSep "" (map (part: "\n" + part) parts);
 
   # The names the router will list (every section but `*`).
   presetNames = presets: filter (n: n != globalSection) (attrNames presets);
 
-  # A model source is a Hugging Face repository with an optional quant tag
-  # ("owner/repo:Q4_K_M", downloaded into LLAMA_CACHE on first load) or an absolute
-  # path to a GGUF file.
-  isLocalSource = source: isPath source || match "/.*" (toString source) != null;
+  # Presets over the axes of a grid (./preset-grid.nix).
+  grid = import ./preset-grid.nix;
 
-  modelSource = source:
-    if isLocalSource source then { model = toString source; } else { hf-repo = source; };
-
-  draftSource = source:
-    if isLocalSource source then { spec-draft-model = toString source; } else { spec-draft-hf = source; };
-
-  # systemd ExecStart quoting: each argument in double quotes, `\` and `"` escaped, and
-  # `%` and `$` doubled so systemd expands neither specifiers nor variables.
-  escapeSystemdArg = arg:
-    replaceStrings [ "%" "$" ] [ "%%" "$$" ] (toJSON (toString arg));
-
-  escapeSystemdArgs = args: concatStringsSep " " (map escapeSystemdArg args);
+  inherit (systemd) escapeSystemdArg escapeSystemdArgs;
 
   # llama-server's command line (without the binary): a router of presets when
   # `presetsFile` or `modelsDir` is given, a single-model server when `model` is.
   serverArgs =
-    { host
-    , port
-    , model ? null
-    , modelsDir ? null
-    , presetsFile ? null
-    , modelsMax ? null
-    , sleepIdleSeconds ? null
-    , extraFlags ? [ ]
+    {
+      host,
+      port,
+      model ? null,
+      modelsDir ? null,
+      presetsFile ? null,
+      modelsMax ? null,
+      sleepIdleSeconds ? null,
+      extraFlags ? [ ],
     }:
-    [ "--host" host "--port" (toString port) ]
-    ++ (if model != null then [ "--model" (toString model) ] else [ ])
-    ++ (if modelsDir != null then [ "--models-dir" (toString modelsDir) ] else [ ])
-    ++ (if presetsFile != null then [ "--models-preset" (toString presetsFile) ] else [ ])
-    ++ (if modelsMax != null then [ "--models-max" (toString modelsMax) ] else [ ])
-    ++ (if sleepIdleSeconds != null then [ "--sleep-idle-seconds" (toString sleepIdleSeconds) ] else [ ])
+    [
+      "--host"
+      host
+      "--port"
+      (toString port)
+    ]
+    ++ lib.optionals (model != null) [
+      "--model"
+      (systemd.argString model)
+    ]
+    ++ lib.optionals (modelsDir != null) [
+      "--models-dir"
+      (systemd.argString modelsDir)
+    ]
+    ++ lib.optionals (presetsFile != null) [
+      "--models-preset"
+      "${presetsFile}"
+    ]
+    ++ lib.optionals (modelsMax != null) [
+      "--models-max"
+      (toString modelsMax)
+    ]
+    ++ lib.optionals (sleepIdleSeconds != null) [
+      "--sleep-idle-seconds"
+      (toString sleepIdleSeconds)
+    ]
     ++ extraFlags;
 
   # The marker written to /etc/llama-cpp/active.json (format documented in docs/nixos.md).
   markerFormat = "llm-bench-llama-cpp-active/1";
 
   marker =
-    { specialisation
-    , packageName
-    , packageVersion
-    , packagePath
-    , presets
-    , presetsFile
-    , url
+    {
+      specialisation,
+      packageName,
+      packageVersion,
+      packagePath,
+      presets,
+      presetsFile,
+      url,
     }:
     {
       format = markerFormat;
       inherit specialisation;
-      package = { name = packageName; version = packageVersion; path = packagePath; };
+      package = {
+        name = packageName;
+        version = packageVersion;
+        path = packagePath;
+      };
       presets = presetNames presets;
       presets_file = presetsFile;
       inherit url;
@@ -186,13 +237,12 @@ in
     render
     renderValue
     presetNames
-    isLocalSource
-    modelSource
-    draftSource
+    grid
     escapeSystemdArg
     escapeSystemdArgs
     serverArgs
     markerFormat
     marker
     ;
+  floatToString = float.toString;
 }

@@ -10,7 +10,7 @@
 let
   inherit (builtins) elem isFloat toJSON toString;
 
-  systemd = import ./presets-ini.nix;
+  systemd = import ./systemd-args.nix;
 
   optional = cond: list: if cond then list else [ ];
   flag = name: value: optional (value != null) [ name (render value) ];
