@@ -4,10 +4,11 @@
   inputs = {
     nixpkgs.url = "github:NixOS/nixpkgs/nixos-unstable";
 
-    # The llamAmpere release the report measured. Change the ref on this line, then run
-    # `nix flake lock --update-input llamampere` (flake.lock has no entry for it until the
-    # first `nix flake lock`, which needs the network).
-    llamampere.url = "github:JakeATX/llamAmpere/v0.5.5";
+    # The llamAmpere release (a tag the fork publishes); the package version is read from this
+    # line (pkgs/llamampere-version.nix). After changing the ref, run
+    # `nix flake lock --update-input llamampere`; to try another one without editing, add
+    # `--override-input llamampere <another flake reference>` (README, docs/nixos.md).
+    llamampere.url = "github:JakeATX/llamAmpere/v0.5.1";
     llamampere.flake = false;
   };
 
@@ -33,8 +34,16 @@
         ];
       };
 
+      llamampereVersion =
+        (import ./pkgs/llamampere-version.nix {
+          inherit lib;
+          flakeText = builtins.readFile ./flake.nix;
+          lastModifiedDate = llamampere.lastModifiedDate or null;
+        }).version;
+
       llamampereSource = { lib, ... }: {
         llmBench.llamampere.src = lib.mkDefault llamampere;
+        llmBench.llamampere.version = lib.mkDefault llamampereVersion;
       };
     in
     {
@@ -55,7 +64,11 @@
       packages.${system} = {
         llm-bench = pkgs.callPackage ./pkgs/llm-bench.nix { src = llmBenchSrc; };
         llama-cpp-fa86 = pkgs.callPackage ./pkgs/llama-cpp-fa86.nix { };
-        llamampere = pkgs.callPackage ./pkgs/llamampere.nix { src = llamampere; };
+        llamampere = pkgs.callPackage ./pkgs/llamampere.nix {
+          src = llamampere;
+          version = llamampereVersion;
+        };
+        check-preset-keys = pkgs.callPackage ./pkgs/check-preset-keys { };
         default = self.packages.${system}.llm-bench;
       };
 

@@ -1,22 +1,119 @@
-# The base system's llama.cpp router: nixpkgs' llama-cpp (with CUDA unless `llmBench.cuda`
-# is false) and the Qwen3.8-27B presets of ./presets/base.nix.
-{ config, lib, pkgs, ... }:
+# The base module of this project (nixosModules.presets-base): the llama.cpp router with this
+# project's choices and the engines it compares.
+#
+# An engine is a llama.cpp build with the presets it serves: `stock` (nixpkgs' llama-cpp, with
+# CUDA unless `llmBench.cuda` is false) is declared here, `fa86` and `llamampere` by the
+# specialisation modules. `llmBench.default` picks the engine of the base system; every other
+# enabled engine becomes a specialisation (`llm-stock`, `llm-fa86`, `llm-llamampere`). A
+# specialisation sets only which engine is active: the package and the presets follow from
+# that, and everything a user put in services.llama-cpp (presets, `"*"` settings, port, ...)
+# reaches every specialisation, because the module's own values are all mkDefault.
+#
+# This project's settings of the generic module, each mkDefault: port 48123, models sleep
+# after 300 s idle, the unit may open the NVIDIA device nodes only (with CUDA).
+{
+  config,
+  lib,
+  pkgs,
+  ...
+}:
 
 let
   cfg = config.llmBench;
   inherit (lib) mkOption types;
+  cuda = import ./lib/cuda-unit.nix;
   defaults = import ./presets/models.nix;
-  source = name: description: mkOption {
-    type = types.either types.str types.path;
-    default = defaults.${name};
-    description = ''
-      ${description} A Hugging Face repository with a quant tag ("owner/repo:QUANT"),
-      downloaded into /var/cache/llama-cpp on first load, or an absolute path to a GGUF file.
-    '';
-  };
+
+  iniValue = types.nullOr (
+    types.oneOf [
+      types.str
+      types.int
+      types.bool
+      types.float
+      types.path
+    ]
+  );
+  presetsType = types.attrsOf (types.attrsOf iniValue);
+
+  engineNames = [
+    "stock"
+    "fa86"
+    "llamampere"
+  ];
+
+  engine =
+    cfg.engines.${cfg.active}
+      or (throw "llmBench: engine `${cfg.active}` is not declared; import its module (nixosModules.llm-${cfg.active}, or nixosModules.default)");
+
+  # The module's presets yield to every definition a user makes, key by key.
+  yielding = lib.mapAttrs (_: lib.mapAttrs (_: lib.mkDefault));
+
+  # An engine's own presets over the base ones, key by key (or alone).
+  presetsOf = e: lib.recursiveUpdate (if e.inheritBasePresets then cfg.presets else { }) e.presets;
+
+  source =
+    name: description:
+    mkOption {
+      type = types.either types.str types.path;
+      default = defaults.${name};
+      description = ''
+        ${description} A Hugging Face repository with a quant tag ("owner/repo:QUANT"),
+        downloaded into /var/cache/llama-cpp on first load, or a GGUF file: an absolute path
+        string, or a path value, which is copied to the Nix store.
+      '';
+    };
+
+  engineModule =
+    { name, ... }:
+    {
+      options = {
+        enable = mkOption {
+          type = types.bool;
+          default = true;
+          description = ''
+            Build this engine: as the base system when `llmBench.default` names it, else as
+            the specialisation `specialisation`. Each engine is a llama.cpp build of its own
+            (see docs/nixos.md for what each costs); turn off the ones you do not use.
+          '';
+        };
+        specialisation = mkOption {
+          type = types.str;
+          default = "llm-${name}";
+          description = "Name of the specialisation that runs this engine when it is not the default.";
+        };
+        package = mkOption {
+          type = types.nullOr types.package;
+          default = null;
+          description = "The llama.cpp package of this engine (its llama-server runs the presets).";
+        };
+        presets = mkOption {
+          type = presetsType;
+          default = { };
+          description = "The presets this engine adds (over the base presets, when it inherits them).";
+        };
+        inheritBasePresets = mkOption {
+          type = types.bool;
+          default = true;
+          description = ''
+            Serve `llmBench.presets` (the base presets) next to this engine's own. An engine
+            on which the base presets would mean something else turns this off.
+          '';
+        };
+      };
+    };
 in
 {
-  imports = [ ./llama-cpp.nix ];
+  imports = [
+    ./llama-cpp.nix
+    (lib.mkRenamedOptionModule
+      [ "llmBench" "packages" "llama-cpp-fa86" ]
+      [ "llmBench" "engines" "fa86" "package" ]
+    )
+    (lib.mkRenamedOptionModule
+      [ "llmBench" "packages" "llamampere" ]
+      [ "llmBench" "engines" "llamampere" "package" ]
+    )
+  ];
 
   options.llmBench = {
     models = {
@@ -29,16 +126,84 @@ in
       type = types.bool;
       default = true;
       description = ''
-        Build the llama.cpp packages of the base system and of the specialisations with CUDA
-        (the reference machine has one RTX 3090). CUDA is unfree: the system's nixpkgs needs
+        Build the llama.cpp packages of the engines with CUDA (the reference machine has one
+        RTX 3090). CUDA is unfree: the system's nixpkgs needs
         `nixpkgs.config.allowUnfree = true` (or an allowUnfreePredicate for the CUDA packages).
       '';
     };
+
+    default = mkOption {
+      type = types.enum engineNames;
+      default = "stock";
+      example = "llamampere";
+      description = ''
+        The engine of the base system (what runs after boot); the other enabled engines are
+        specialisations. `stock`: nixpkgs' llama-cpp; `fa86`: the same recipe for sm_86 with
+        every FlashAttention KV pair; `llamampere`: the llamAmpere fork.
+      '';
+    };
+
+    active = mkOption {
+      type = types.enum engineNames;
+      default = cfg.default;
+      defaultText = lib.literalExpression "config.llmBench.default";
+      internal = true;
+      description = "The engine this configuration runs: `default` in the base system, the specialisation's own in a specialisation.";
+    };
+
+    presets = mkOption {
+      type = presetsType;
+      description = ''
+        The base presets (./presets/base.nix, with `llmBench.models`), served by the engines
+        that inherit them (stock and fa86). Definitions add to them and override them key by
+        key; presets for every engine belong in `services.llama-cpp.presets`.
+      '';
+    };
+
+    engines = mkOption {
+      type = types.attrsOf (types.submodule engineModule);
+      default = { };
+      description = "The engines (llama.cpp builds with their presets); see `llmBench.default`.";
+    };
   };
 
-  config.services.llama-cpp = {
-    enable = lib.mkDefault true;
-    package = lib.mkDefault (if cfg.cuda then pkgs.llama-cpp.override { cudaSupport = true; } else pkgs.llama-cpp);
-    presets = import ./presets/base.nix { inherit (cfg) models; };
+  config = {
+    llmBench.presets = yielding (import ./presets/base.nix { inherit (cfg) models; });
+
+    llmBench.engines.stock = {
+      package = lib.mkDefault (
+        if cfg.cuda then pkgs.llama-cpp.override { cudaSupport = true; } else pkgs.llama-cpp
+      );
+    };
+
+    services.llama-cpp = {
+      enable = lib.mkDefault true;
+      package = lib.mkIf (engine.package != null) (lib.mkDefault engine.package);
+      presets = yielding (presetsOf engine);
+      port = lib.mkDefault 48123;
+      sleepIdleSeconds = lib.mkDefault 300;
+      deviceAllow = lib.mkDefault (if cfg.cuda then cuda.nvidiaDevices else null);
+    };
+
+    specialisation = lib.mapAttrs' (
+      name: e:
+      lib.nameValuePair e.specialisation {
+        configuration = {
+          llmBench.active = name;
+          services.llama-cpp.specialisation = e.specialisation;
+        };
+      }
+    ) (lib.filterAttrs (name: e: e.enable && name != cfg.default) cfg.engines);
+
+    assertions = [
+      {
+        assertion = engine.enable || cfg.active != cfg.default;
+        message = "llmBench.default = \"${cfg.default}\", but llmBench.engines.${cfg.default}.enable is false.";
+      }
+      {
+        assertion = engine.package != null;
+        message = "llmBench.engines.${cfg.active}: no package (for llamampere: set llmBench.llamampere.src, as the flake's nixosModules do, or llmBench.engines.llamampere.package).";
+      }
+    ];
   };
 }

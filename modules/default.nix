@@ -1,5 +1,6 @@
-# Everything: the router module, the base presets and both specialisations. The flake's
-# `nixosModules.default` is this plus the llamAmpere source from the flake input.
+# Everything: the router module, the base module with the stock engine, and the fa86 and
+# llamampere engines. The flake's `nixosModules.default` is this plus the llamAmpere source
+# from the flake input.
 {
   imports = [
     ./llama-cpp.nix

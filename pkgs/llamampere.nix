@@ -4,7 +4,7 @@
 #   - a COMMIT file, written by the recipe's fetchFromGitHub postFetch, which preConfigure
 #     reads into LLAMA_BUILD_COMMIT: the commit comes from the input's `rev` instead;
 #   - LLAMA_BUILD_NUMBER = the package version: it is compiled into
-#     `int LLAMA_BUILD_NUMBER = @LLAMA_BUILD_NUMBER@;`, so "0.5.5" would not compile; an
+#     `int LLAMA_BUILD_NUMBER = @LLAMA_BUILD_NUMBER@;`, so "0.5.1" would not compile; an
 #     integer (`buildNumber`) is passed instead and the release shows in the version;
 #   - the web UI, built with npm from a fetchNpmDeps whose hash belongs to nixpkgs' own
 #     source: dropped (npmDeps, the npm hooks, `npm run build`), with LLAMA_BUILD_UI and
@@ -13,13 +13,16 @@
 # CUDA: compute capability 8.6 only, and every FlashAttention K/V quant pair. The fork's
 # CMake spells that GGML_CUDA_FA_QUANTS=all (GGML_CUDA_FA_ALL_QUANTS is a deprecated alias
 # there); its turbo KV types have their own kernels.
-{ lib
-, llama-cpp
-, src
-, version ? "0.5.5"
-, rev ? src.rev or null
-, buildNumber ? 0
-, cuda ? true
+#
+# `version` comes from ./llamampere-version.nix (the ref on flake.nix's input line).
+{
+  lib,
+  llama-cpp,
+  src,
+  version,
+  rev ? src.rev or null,
+  buildNumber ? 0,
+  cuda ? true,
 }:
 
 let
@@ -34,31 +37,56 @@ let
     "LLAMA_USE_PREBUILT_UI"
   ];
   keep = flag: !(lib.any (name: lib.hasPrefix "-D${name}:" flag || lib.hasPrefix "-D${name}=" flag) replaced);
-  isNpm = p: let n = p.name or p.pname or ""; in lib.hasInfix "npm" n || lib.hasPrefix "nodejs" n;
+  isNpm =
+    p:
+    let
+      n = p.name or p.pname or "";
+    in
+    lib.hasInfix "npm" n || lib.hasPrefix "nodejs" n;
 in
-(llama-cpp.override { cudaSupport = cuda; }).overrideAttrs (old: {
-  pname = "llamampere";
-  inherit version src;
+(llama-cpp.override {
+  cudaSupport = cuda;
+  # Kept on, although the fork's build instructions do not use them: GGML_BACKEND_DL loads the
+  # CUDA backend at run time, so llama-server starts in the build sandbox, which has no
+  # libcuda.so.1 (the recipe's postInstall runs `llama-server --completion-bash` there, and
+  # the presets' key check runs `llama-server --help`); GGML_CPU_ALL_VARIANTS picks the
+  # host's best SIMD for what `fit` leaves on the CPU instead of the x86-64 baseline that
+  # GGML_NATIVE=OFF would give.
+  cpuArchDynamicDispatch = true;
+}).overrideAttrs
+  (old: {
+    pname = "llamampere";
+    inherit version src;
 
-  npmDeps = null;
-  npmRoot = null;
-  nativeBuildInputs = lib.filter (p: !(isNpm p)) (old.nativeBuildInputs or [ ]);
-  # Replaces the recipe's preConfigure (`$(cat COMMIT)` and `npm run build`).
-  preConfigure = "";
+    # The recipe's patches and postPatch are written against nixpkgs' llama.cpp release, not
+    # the fork; none applies to it (the recipe has none today, which must not silently change).
+    patches = [ ];
+    postPatch = "";
 
-  cmakeFlags = lib.filter keep (old.cmakeFlags or [ ]) ++ [
-    (lib.cmakeFeature "LLAMA_BUILD_NUMBER" (toString buildNumber))
-    (lib.cmakeFeature "LLAMA_BUILD_COMMIT" shortRev)
-    (lib.cmakeBool "LLAMA_BUILD_UI" false)
-    (lib.cmakeBool "LLAMA_USE_PREBUILT_UI" false)
-  ] ++ lib.optionals cuda [
-    (lib.cmakeFeature "CMAKE_CUDA_ARCHITECTURES" "86")
-    (lib.cmakeFeature "GGML_CUDA_FA_QUANTS" "all")
-  ];
+    npmDeps = null;
+    npmRoot = null;
+    nativeBuildInputs = lib.filter (p: !(isNpm p)) (old.nativeBuildInputs or [ ]);
+    # Replaces the recipe's preConfigure (`$(cat COMMIT)` and `npm run build`).
+    preConfigure = "";
 
-  passthru = (old.passthru or { }) // { llamampereRev = rev; };
-  meta = (old.meta or { }) // {
-    description = "llamAmpere ${version}: llama.cpp fork tuned for Ampere GPUs, built for sm_86";
-    homepage = "https://github.com/JakeATX/llamAmpere";
-  };
-})
+    cmakeFlags =
+      lib.filter keep (old.cmakeFlags or [ ])
+      ++ [
+        (lib.cmakeFeature "LLAMA_BUILD_NUMBER" (toString buildNumber))
+        (lib.cmakeFeature "LLAMA_BUILD_COMMIT" shortRev)
+        (lib.cmakeBool "LLAMA_BUILD_UI" false)
+        (lib.cmakeBool "LLAMA_USE_PREBUILT_UI" false)
+      ]
+      ++ lib.optionals cuda [
+        (lib.cmakeFeature "CMAKE_CUDA_ARCHITECTURES" "86")
+        (lib.cmakeFeature "GGML_CUDA_FA_QUANTS" "all")
+      ];
+
+    passthru = (old.passthru or { }) // {
+      llamampereRev = rev;
+    };
+    meta = (old.meta or { }) // {
+      description = "llamAmpere ${version}: llama.cpp fork tuned for Ampere GPUs, built for sm_86";
+      homepage = "https://github.com/JakeATX/llamAmpere";
+    };
+  })

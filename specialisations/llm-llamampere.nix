@@ -1,12 +1,12 @@
-# Specialisation llm-llamampere: the llamAmpere fork (github:JakeATX/llamAmpere, an
-# Ampere-tuned llama.cpp with MTP drafting on by default and turbo/SJ-KVaRN KV cache types),
-# built with nixpkgs' llama-cpp recipe (../pkgs/llamampere.nix), and its own presets, which
-# replace the base ones (./llm-llamampere-presets.nix).
+# The llamampere engine: the llamAmpere fork (github:JakeATX/llamAmpere, an Ampere-tuned
+# llama.cpp with MTP drafting on by default and turbo KV cache types), built with nixpkgs'
+# llama-cpp recipe (../pkgs/llamampere.nix), with its own presets instead of the base ones
+# (./llm-llamampere-presets.nix). Unless it is `llmBench.default`, it is the specialisation
+# llm-llamampere.
 #
-#   nixos-rebuild switch --specialisation llm-llamampere
-#
-# The fork's source is a flake input; the flake's nixosModules set `llmBench.llamampere.src`.
-# Without the flake, set it (or `llmBench.packages.llamampere`) yourself.
+# The fork's source and version come from the flake (its input `llamampere`, one line of
+# flake.nix); the flake's nixosModules set `llmBench.llamampere.{src,version}`. Without the
+# flake, set them (or `llmBench.engines.llamampere.package`) yourself.
 { config, lib, pkgs, ... }:
 
 let
@@ -15,42 +15,29 @@ in
 {
   imports = [ ../modules/base-presets.nix ];
 
-  options.llmBench = {
-    llamampere = {
-      src = lib.mkOption {
-        type = lib.types.nullOr (lib.types.either lib.types.path lib.types.package);
-        default = null;
-        description = "Source tree of llamAmpere (the flake input `llamampere`).";
-      };
-      version = lib.mkOption {
-        type = lib.types.str;
-        default = "0.5.5";
-        description = "The llamAmpere release the source is (shown as the package version).";
-      };
+  options.llmBench.llamampere = {
+    src = lib.mkOption {
+      type = lib.types.nullOr (lib.types.either lib.types.path lib.types.package);
+      default = null;
+      description = "Source tree of llamAmpere (the flake input `llamampere`).";
     };
-
-    packages.llamampere = lib.mkOption {
-      type = lib.types.nullOr lib.types.package;
-      default =
-        if cfg.llamampere.src == null then null
-        else pkgs.callPackage ../pkgs/llamampere.nix {
-          inherit (cfg.llamampere) src version;
-          inherit (cfg) cuda;
-        };
-      defaultText = lib.literalExpression "pkgs.callPackage ./pkgs/llamampere.nix { src = inputs.llamampere; }";
-      description = "The llama.cpp build of the llm-llamampere specialisation.";
+    version = lib.mkOption {
+      type = lib.types.str;
+      default = "0-unstable";
+      description = "The package version; the flake derives it from the input's ref (pkgs/llamampere-version.nix).";
     };
   };
 
-  config.specialisation.llm-llamampere.configuration = { config, lib, ... }: {
-    assertions = [{
-      assertion = config.llmBench.packages.llamampere != null;
-      message = "specialisation llm-llamampere: set llmBench.llamampere.src (the flake's nixosModules do) or llmBench.packages.llamampere.";
-    }];
-    services.llama-cpp = {
-      specialisation = "llm-llamampere";
-      package = lib.mkIf (config.llmBench.packages.llamampere != null) (lib.mkForce config.llmBench.packages.llamampere);
-      presets = lib.mkForce (import ./llm-llamampere-presets.nix { inherit (config.llmBench) models; });
-    };
+  config.llmBench.engines.llamampere = {
+    package = lib.mkIf (cfg.llamampere.src != null) (
+      lib.mkDefault (
+        pkgs.callPackage ../pkgs/llamampere.nix {
+          inherit (cfg.llamampere) src version;
+          inherit (cfg) cuda;
+        }
+      )
+    );
+    presets = import ./llm-llamampere-presets.nix { inherit (cfg) models; };
+    inheritBasePresets = false;
   };
 }

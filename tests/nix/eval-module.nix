@@ -1,15 +1,29 @@
 # Evaluates the NixOS modules of this repository with nixpkgs' `lib.evalModules` and a stub
 # of the NixOS options they set, and returns a JSON-friendly summary (used by
-# tests/test_nix_modules.py). Needs only nixpkgs' lib:
+# tests/test_nix_*.py). Needs nixpkgs' lib, and, beside it (`nixpkgsRoot`), nixpkgs' own
+# services.llama-cpp module and llama-cpp recipe (../shared/nixpkgs has all three):
 #
-#   nix-instantiate --eval --strict --json --argstr libPath "$NIXPKGS_LIB/lib" \
-#     -E '(import ./tests/nix/eval-module.nix { libPath = ...; }).summary [ ]'
-{ libPath }:
+#   nix-instantiate --eval --strict --json \
+#     -E '(import ./tests/nix/eval-module.nix { libPath = ../shared/nixpkgs/lib; }).summary [ ./modules/default.nix ]'
+#
+# As NixOS's module-list does, every evaluation has nixpkgs' llama-cpp module in its module
+# list and modulesPath pointing at nixpkgs' modules, so the `disabledModules` of
+# ../../modules/llama-cpp.nix must really remove it (else its options are declared twice).
+# `nixpkgsModule = null` leaves it out, for the test that shows that it would conflict.
+{
+  libPath,
+  nixpkgsRoot ? dirOf libPath,
+  nixpkgsModule ? "services/misc/llama-cpp.nix",
+  modulesPath ? nixpkgsRoot + "/nixos/modules",
+}:
 
 let
   lib = import libPath;
   inherit (lib) mkOption types;
-  pkgs = import ./stub-pkgs.nix { inherit lib; };
+  pkgs = import ./stub-pkgs.nix { inherit lib nixpkgsRoot; };
+
+  # nixpkgs' nixos/lib/utils.nix, the one function nixpkgs' llama-cpp module takes from it.
+  utils.escapeSystemdExecArgs = (import ../../modules/lib/systemd-args.nix).escapeSystemdArgs;
 
   # The NixOS options that the modules set, declared loosely.
   nixosStub = { config, ... }: {
@@ -51,8 +65,11 @@ let
   };
 
   eval = modules: lib.evalModules {
-    modules = [ nixosStub { _module.args = { inherit pkgs; }; } ] ++ modules;
-    specialArgs.modulesPath = "/nonexistent/nixos/modules";
+    modules =
+      [ nixosStub { _module.args = { inherit pkgs utils; }; } ]
+      ++ lib.optional (nixpkgsModule != null) (modulesPath + "/${nixpkgsModule}")
+      ++ modules;
+    specialArgs = { inherit modulesPath; };
   };
 
   # As NixOS does (nixos/modules/system/activation/specialisation.nix): the parent's
@@ -75,7 +92,7 @@ let
     {
       failedAssertions = failedAssertions config;
       options = {
-        inherit (cfg) enable host port openFirewall modelsMax sleepIdleSeconds specialisation extraFlags;
+        inherit (cfg) enable host port openFirewall modelsMax sleepIdleSeconds specialisation extraFlags deviceAllow;
         model = if cfg.model == null then null else toString cfg.model;
         modelsDir = if cfg.modelsDir == null then null else toString cfg.modelsDir;
       };
@@ -87,18 +104,28 @@ let
         npmDeps = cfg.package.npmDeps or null;
         nativeBuildInputs = map (p: p.name) (cfg.package.nativeBuildInputs or [ ]);
         src = toString (cfg.package.src.outPath or cfg.package.src.rev or cfg.package.src);
+        patches = cfg.package.patches or null;
+        postPatch = cfg.package.postPatch or null;
+        llamampereRev = cfg.package.llamampereRev or null;
       };
       presets = builtins.attrNames cfg.presets;
+      checkPresetKeys = cfg.checkPresetKeys;
+      default = config.llmBench.default or null;
       presetsIni = cfg.presetsIni;
       execStart = unit.serviceConfig.ExecStart;
+      execStartContext = builtins.attrNames (builtins.getContext unit.serviceConfig.ExecStart);
       serviceConfig = unit.serviceConfig;
       environment = unit.environment;
       wantedBy = unit.wantedBy;
       etc = {
-        presetsIni = if etc ? "llama-cpp/presets.ini" then {
-          sourcePath = etc."llama-cpp/presets.ini".source.outPath;
-          sourceText = etc."llama-cpp/presets.ini".source.text;
-        } else null;
+        presetsIni = if etc ? "llama-cpp/presets.ini" then
+          let src = etc."llama-cpp/presets.ini".source; in {
+            sourcePath = src.outPath;
+            sourceText = src.text;
+            buildCommand = src.buildCommand or null;
+            nativeBuildInputs = map (p: p.name) (src.nativeBuildInputs or [ ]);
+            context = builtins.attrNames (builtins.getContext src.text);
+          } else null;
         activeJson = etc."llama-cpp/active.json".text;
       };
       firewall = config.networking.firewall.allowedTCPPorts;

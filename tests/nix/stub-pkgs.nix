@@ -1,70 +1,153 @@
-# A stand-in for the few parts of nixpkgs the modules touch, for evaluating them with
-# nixpkgs' `lib` alone (tests/test_nix_modules.py). The fake llama-cpp mimics the shape of
-# nixpkgs' recipe that the overrides in ../../pkgs depend on: `override { cudaSupport }`,
-# `overrideAttrs`, cmakeFlags built with lib.cmakeBool/cmakeFeature, LLAMA_BUILD_NUMBER =
-# version, a preConfigure that reads COMMIT and runs `npm run build`, npm hooks and npmDeps.
-{ lib }:
+# Stand-ins for the parts of nixpkgs the modules touch, for evaluating them with nixpkgs' `lib`
+# alone (tests/test_nix_modules.py). `llama-cpp` is nixpkgs' real recipe
+# (pkgs/by-name/ll/llama-cpp/package.nix of `nixpkgsRoot`), called with stand-ins for its
+# inputs: so the overrides in ../../pkgs are evaluated against the recipe's real cmakeFlags,
+# hooks, finalAttrs fixpoint and override arguments, and a change of the recipe shows here.
+#
+# mkDerivation keeps the recipe's attributes on the result (as a real derivation does) and
+# implements both overrideAttrs styles (`old: { }` and `final: old: { }`) over the finalAttrs
+# fixpoint, as stdenv's make-derivation.nix does. Store paths are fake: a hash of the
+# attributes that decide a build (name, cmakeFlags, src, build script).
+{ lib, nixpkgsRoot }:
 
 let
-  fakeDrv = attrs:
+  fakeOutPath =
+    name: attrs:
+    let
+      hash = builtins.substring 0 32 (
+        builtins.hashString "sha256" (
+          builtins.toJSON {
+            inherit name;
+            flags = attrs.cmakeFlags or [ ];
+            src = toString (attrs.src or "");
+            text = attrs.text or null;
+            buildCommand = attrs.buildCommand or null;
+            version = attrs.version or null;
+          }
+        )
+      );
+    in
+    "/nix/store/${hash}-${name}";
+
+  fakeDrv =
+    attrs:
     let
       name = attrs.name or "${attrs.pname}-${attrs.version}";
-      hash = builtins.substring 0 32 (builtins.hashString "sha256" (builtins.toJSON {
-        inherit name;
-        flags = attrs.cmakeFlags or [ ];
-        text = attrs.text or null;
-      }));
-      self = attrs // {
+      outPath = fakeOutPath name attrs;
+      self = attrs // (attrs.passthru or { }) // {
         type = "derivation";
-        inherit name;
-        outPath = "/nix/store/${hash}-${name}";
-        drvPath = "/nix/store/${hash}-${name}.drv";
-        outputs = [ "out" ];
+        inherit name outPath;
+        drvPath = "${outPath}.drv";
+        outputs = attrs.outputs or [ "out" ];
         out = self;
         outputName = "out";
-        overrideAttrs = f: fakeDrv (attrs // f attrs);
       };
     in
     self;
 
-  llamaCppRecipe = { cudaSupport ? false }:
-    fakeDrv {
-      pname = "llama-cpp";
-      version = "7777";
-      inherit cudaSupport;
-      src = { rev = "b7777"; };
-      nativeBuildInputs = [ { name = "cmake-3.31"; } { name = "npm-config-hook"; } { name = "nodejs-22.1.0"; } ];
-      npmRoot = "tools/ui";
-      npmDeps = { name = "llama-cpp-7777-npm-deps"; };
-      preConfigure = ''
-        prependToVar cmakeFlags "-DLLAMA_BUILD_COMMIT:STRING=$(cat COMMIT)"
-        pushd tools/ui
-        npm run build
-        popd
-      '';
-      cmakeFlags = [
-        (lib.cmakeBool "GGML_NATIVE" false)
-        (lib.cmakeBool "LLAMA_BUILD_SERVER" true)
-        (lib.cmakeBool "GGML_CUDA" cudaSupport)
-        (lib.cmakeFeature "LLAMA_BUILD_NUMBER" "7777")
-      ] ++ lib.optionals cudaSupport [
-        (lib.cmakeFeature "CMAKE_CUDA_ARCHITECTURES" "75;80;86;89;90")
-      ];
-      meta = { description = "stub llama-cpp"; };
-    } // {
-      override = args: llamaCppRecipe ({ inherit cudaSupport; } // args);
-    };
+  # stdenv's mkDerivation: `rattrs` is a function of the final attributes (or an attrset).
+  makeDerivationExtensible =
+    rattrs:
+    let
+      args = rattrs (args // { inherit finalPackage overrideAttrs; });
+      finalPackage = fakeDrv (removeAttrs args [ "finalPackage" "overrideAttrs" ]) // {
+        inherit overrideAttrs;
+      };
+      overrideAttrs =
+        f0:
+        let
+          f =
+            self: super:
+            let
+              x = f0 super;
+            in
+            if builtins.isFunction x then f0 self super else x;
+        in
+        makeDerivationExtensible (
+          self:
+          let
+            super = rattrs self;
+          in
+          super // f self super
+        );
+    in
+    finalPackage;
+
+  mkDerivation =
+    fnOrAttrs: makeDerivationExtensible (if builtins.isFunction fnOrAttrs then fnOrAttrs else _: fnOrAttrs);
+
+  platform = {
+    system = "x86_64-linux";
+    isDarwin = false;
+    isAarch64 = false;
+    isLinux = true;
+    canExecute = _: true;
+  };
+
+  stdenv = {
+    inherit mkDerivation;
+    hostPlatform = platform;
+    buildPlatform = platform;
+    cc = tool "gcc" "14";
+  };
+
+  tool = pname: version: fakeDrv { inherit pname version; };
+
+  callPackageWith = lib.callPackageWith;
 
   pkgs = {
-    llama-cpp = llamaCppRecipe { };
+    inherit lib stdenv;
+    stdenvNoCC = stdenv;
+    config = {
+      cudaSupport = false;
+      rocmSupport = false;
+    };
+
+    cmake = tool "cmake" "3.31.6";
+    ninja = tool "ninja" "1.12.1";
+    pkg-config = tool "pkg-config-wrapper" "0.29.2";
+    installShellFiles = tool "install-shell-files" "1";
+    autoAddDriverRunpath = tool "auto-add-driver-runpath-hook" "1";
+    nodejs_latest = tool "nodejs" "24.1.0";
+    npmHooks.npmConfigHook = fakeDrv { name = "npm-config-hook"; };
+    spirv-headers = tool "spirv-headers" "1.4";
+    openssl = tool "openssl" "3.4.1";
+    blas = tool "blas" "3";
+    clblast = tool "clblast" "1.6.3";
+    shaderc = tool "shaderc" "2025.1";
+    vulkan-headers = tool "vulkan-headers" "1.4";
+    vulkan-loader = tool "vulkan-loader" "1.4";
+    python3 = tool "python3" "3.13.3";
+    nix-update-script = _: [ "nix-update" ];
+
+    fetchFromGitHub =
+      args:
+      fakeDrv {
+        name = "source";
+        inherit (args) owner repo;
+        rev = args.rev or args.tag;
+        src = "github:${args.owner}/${args.repo}/${args.rev or args.tag}";
+      };
+    fetchNpmDeps = args: fakeDrv { inherit (args) name; };
+
+    cudaPackages = {
+      backendStdenv = stdenv;
+      cuda_nvcc = tool "cuda_nvcc" "12.8";
+      cuda_cccl = tool "cuda_cccl" "12.8";
+      cuda_cudart = tool "cuda_cudart" "12.8";
+      libcublas = tool "libcublas" "12.8";
+      flags.cmakeCudaArchitecturesString = "75;80;86;89;90";
+    };
+    rocmPackages = { };
+
     writeText = name: text: fakeDrv { inherit name text; };
-    callPackage = fn: args:
-      let
-        f = if builtins.isFunction fn then fn else import fn;
-        wanted = builtins.functionArgs f;
-        auto = builtins.intersectAttrs wanted (pkgs // { inherit lib; });
-      in
-      f (auto // args);
+    runCommand =
+      name: env: buildCommand:
+      fakeDrv (env // { inherit name buildCommand; });
+
+    callPackage = callPackageWith pkgs;
+
+    llama-cpp = pkgs.callPackage (nixpkgsRoot + "/pkgs/by-name/ll/llama-cpp/package.nix") { };
   };
 in
 pkgs
