@@ -4,7 +4,7 @@
 #   - a COMMIT file, written by the recipe's fetchFromGitHub postFetch, which preConfigure
 #     reads into LLAMA_BUILD_COMMIT: the commit comes from the input's `rev` instead;
 #   - LLAMA_BUILD_NUMBER = the package version: it is compiled into
-#     `int LLAMA_BUILD_NUMBER = @LLAMA_BUILD_NUMBER@;`, so "0.5.1" would not compile; an
+#     `int LLAMA_BUILD_NUMBER = @LLAMA_BUILD_NUMBER@;`, so "X.Y.Z" would not compile; an
 #     integer (`buildNumber`) is passed instead and the release shows in the version;
 #   - the web UI, built with npm from a fetchNpmDeps whose hash belongs to nixpkgs' own
 #     source: dropped (npmDeps, the npm hooks, `npm run build`), with LLAMA_BUILD_UI and

@@ -1,8 +1,9 @@
-"""The flake's pure parts, with Debian's Nix and builtins only (no nixpkgs).
+"""The flake's pure parts, with Debian's Nix and nixpkgs' lib (NIXPKGS_LIB).
 
-Every .nix file parses; the INI renderer and the preset sets of the base system and of each
-specialisation evaluate and match the checked-in tests/nix/expected/*.ini; bad preset data
-fails evaluation with a message naming the preset and the key.
+Every .nix file parses; the INI renderer (modules/lib/presets-ini.nix, on nixpkgs' lib) and
+the preset sets of each engine evaluate and match the checked-in tests/nix/expected/*.ini;
+floats render without loss; preset grids expand; bad preset data fails evaluation with a
+message naming the preset and the key; the llamAmpere ref and version come from one line.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from tests.nix.helpers import (
     EXPECTED,
     PRESET_SETS,
     REPO,
-    RENDERER,
     NixError,
     nix_eval,
     nix_instantiate,
     nix_string,
+    nixpkgs_lib,
+    preset_set_expr,
     render_preset_set,
+    renderer,
 )
 
 NIX_FILES = sorted(
@@ -55,6 +58,40 @@ def test_flake_lock_pins_nixpkgs() -> None:
     ref_lines = [line for line in (REPO / "flake.nix").read_text().splitlines()
                  if "github:JakeATX/llamAmpere/" in line]
     assert len(ref_lines) == 1, ref_lines
+    assert "llamampere" not in lock["nodes"]
+
+
+VERSION_OF = REPO / "pkgs" / "llamampere-version.nix"
+
+
+def llamampere_version(flake_text: str, date: str | None = None) -> dict:
+    date_nix = "null" if date is None else nix_string(date)
+    return nix_eval(f"import {VERSION_OF} {{ lib = import {nixpkgs_lib()}; "
+                    f"flakeText = {nix_string(flake_text)}; lastModifiedDate = {date_nix}; }}")  # type: ignore[return-value]
+
+
+def test_llamampere_ref_and_version_come_from_the_flake_line() -> None:
+    flake = (REPO / "flake.nix").read_text()
+    # v0.5.1 is a tag of the fork's published history (v0.5.5 is not).
+    assert llamampere_version(flake) == {"ref": "v0.5.1", "version": "0.5.1"}
+    # Change the line, and the version follows; a branch or commit is an unstable version.
+    other = flake.replace("llamAmpere/v0.5.1", "llamAmpere/v0.6.2")
+    assert llamampere_version(other)["version"] == "0.6.2"
+    commit = flake.replace("llamAmpere/v0.5.1", "llamAmpere/0123456789abcdef0123456789abcdef01234567")
+    assert llamampere_version(commit, "20260511093000") == {
+        "ref": "0123456789abcdef0123456789abcdef01234567", "version": "0-unstable-2026-05-11"}
+    # The version is written nowhere else in the Nix code.
+    for path in REPO.rglob("*.nix"):
+        if ".venv" in path.parts:
+            continue
+        text = path.read_text()
+        assert "0.5.1" not in text or path.name == "flake.nix", path
+        assert "0.5.5" not in text, path
+
+
+def test_llamampere_version_needs_exactly_one_line() -> None:
+    with pytest.raises(NixError, match="expected one"):
+        llamampere_version("{ inputs = { }; }")
 
 
 @pytest.mark.parametrize("name", sorted(PRESET_SETS))
@@ -62,29 +99,118 @@ def test_preset_set_matches_expected_ini(name: str) -> None:
     assert render_preset_set(name) == (EXPECTED / f"{name}.ini").read_text()
 
 
-def test_preset_sets_have_the_issue_presets() -> None:
-    def names(name: str) -> set[str]:
-        return set(nix_eval(f"(import {RENDERER}).presetNames (import {PRESET_SETS[name]} {{ }})"))
+BASE_PRESETS = {"qwen3.8-27b-base", "qwen3.8-27b-mtp2", "qwen3.8-27b-turbo-coder-mtp2", "qwen3.8-27b-dflash2-4"}
+AMPERE_PRESETS = {"ampere-none", "ampere-mtp2", "ampere-mtp4", "ampere-turbo4", "ampere-turbo2", "ampere-auto"} | {
+    f"ampere-turbo{bits}-d{depth}" for bits in (3, 4, 5, 6) for depth in (1, 3)}
 
-    base = {"qwen3.8-27b-base", "qwen3.8-27b-mtp2", "qwen3.8-27b-turbo-coder-mtp2", "qwen3.8-27b-dflash2-4"}
-    assert names("base") == base
-    assert names("llm-fa86") == base | {"qwen3.8-27b-kv84"}
-    assert names("llm-llamampere") == {
-        "ampere-none", "ampere-mtp2", "ampere-mtp4", "ampere-turbo4", "ampere-turbo2", "ampere-auto"}
+
+def preset_names(name: str) -> set[str]:
+    return set(nix_eval(f"{renderer()}.presetNames {preset_set_expr(name)}"))  # type: ignore[arg-type]
+
+
+def test_preset_sets_have_the_issue_presets() -> None:
+    assert preset_names("base") == BASE_PRESETS
+    assert preset_names("llm-fa86") == BASE_PRESETS | {"qwen3.8-27b-kv84"}
+    assert preset_names("llm-llamampere") == AMPERE_PRESETS
 
 
 def test_global_section_comes_first_and_values_render() -> None:
-    text = nix_eval(f"""(import {RENDERER}).render {{
-        zz = {{ model = /models/m.gguf; jinja = false; n = 3; p = 0.5; skip = null; }};
+    text = nix_eval(f"""{renderer()}.render {{
+        zz = {{ model = "/models/m.gguf"; jinja = false; n = 3; p = 0.5; skip = null; }};
         "*" = {{ c = 8192; flag = true; }};
         aa = {{ hf-repo = "org/repo:Q4_K_M"; }};
+        "(first)" = {{ c = 1; }};
     }}""")
     sections = [line for line in text.splitlines() if line.startswith("[")]
-    assert sections == ["[*]", "[aa]", "[zz]"]
+    # `(` sorts before `*`: [*] is placed first on purpose, not by attribute order.
+    assert sections == ["[*]", "[(first)]", "[aa]", "[zz]"]
     assert "flag = true\n" in text and "jinja = false\n" in text
-    assert "model = /models/m.gguf\n" in text and "n = 3\n" in text and "p = 0.5" in text
+    assert "model = /models/m.gguf\n" in text and "n = 3\n" in text and "p = 0.5\n" in text
     assert "skip" not in text
-    assert text.splitlines()[1] == "version = 1"
+
+
+def test_no_version_line() -> None:
+    """Older routers (the fork's base) turn a top-level key into a phantom preset `default`."""
+    text = nix_eval(f'{renderer()}.render {{ "*" = {{ c = 1; }}; m = {{ c = 2; }}; }}')
+    before_first_section = text.split("[", 1)[0]
+    assert [line for line in before_first_section.splitlines() if line and not line.startswith(";")] == []
+    for name in PRESET_SETS:
+        assert "version" not in render_preset_set(name)
+
+
+def render_floats(values: list[str]) -> list[str]:
+    """Each Nix float literal (or fromJSON text) as the renderer writes it."""
+    items = " ".join(f"(builtins.fromJSON {nix_string(v)})" for v in values)
+    return nix_eval(f"map {renderer()}.renderValue [ {items} ]")  # type: ignore[return-value]
+
+
+def test_floats_render_without_loss_small_and_large() -> None:
+    text = nix_eval(f"""{renderer()}.render {{
+        p = {{ min-p = 0.0000005; temp = 0.7; rope-freq-base = 123456789.125; big = 1.0e20; third = 0.3333333333333333; }};
+    }}""")
+    assert "min-p = 5e-07\n" in text  # toString gave 0.000000
+    assert "temp = 0.7\n" in text  # toString gave 0.700000
+    assert "rope-freq-base = 123456789.125\n" in text  # Nix 2.8's toJSON gave 1.23457e+08
+    assert "big = 1e+20\n" in text
+    assert "third = 0.3333333333333333\n" in text
+
+
+def test_floats_read_back_exactly_as_python_writes_them() -> None:
+    import random
+    import struct
+
+    rng = random.Random(12)
+    values = [0.0000005, 0.7, 0.1, 1e-05, 0.0001, 1e16, 1e15, 2.5e-308, 5e-324, 1.7976931348623157e308,
+              65536.5, 3.0, -2.25, 1e22, 1e23, 0.30000000000000004]
+    values += [round(rng.uniform(0, 3), rng.randint(1, 7)) for _ in range(60)]
+    while len(values) < 260:
+        v = struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0]
+        if v == v and abs(v) != float("inf"):
+            values.append(v)
+    rendered = render_floats([repr(v) for v in values])
+
+    def digits(text: str) -> str:
+        return text.lstrip("-").split("e")[0].replace(".", "").strip("0")
+
+    for value, text in zip(values, rendered):
+        assert float(text) == value, (value, text)  # lossless
+        assert len(digits(text)) == len(digits(repr(value))), (value, text)  # shortest
+        if len(digits(repr(value))) <= 15:  # one shortest decimal: Python's exactly
+            assert text == repr(value), (value, text)
+
+
+def test_grid_expands_axes_into_named_presets() -> None:
+    presets = nix_eval(f"""{renderer()}.grid {{
+        prefix = "ampere";
+        base = {{ model = "/m.gguf"; spec-type = "draft-mtp"; cache-type-k = "q8_0"; }};
+        axes = [
+          {{ turbo3 = {{ cache-type-k = "turbo3"; }}; turbo4 = {{ cache-type-k = "turbo4"; }}; f16 = {{ cache-type-k = "f16"; }}; }}
+          {{ d1 = {{ spec-draft-n-max = 1; }}; d3 = {{ spec-draft-n-max = 3; }}; }}
+          {{ "" = {{ }}; adaptive = {{ spec-type = "draft-mtp-adaptive"; }}; }}
+        ];
+    }}""")
+    assert set(presets) == {f"ampere-{kv}-{d}{a}" for kv in ("turbo3", "turbo4", "f16") for d in ("d1", "d3")
+                            for a in ("", "-adaptive")}
+    assert presets["ampere-turbo3-d1"] == {"model": "/m.gguf", "spec-type": "draft-mtp", "cache-type-k": "turbo3",
+                                           "spec-draft-n-max": 1}
+    assert presets["ampere-f16-d3-adaptive"]["spec-type"] == "draft-mtp-adaptive"
+    # A grid renders like hand-written presets.
+    text = nix_eval(f"""{renderer()}.render ({renderer()}.grid {{
+        prefix = "g"; axes = [ {{ a = {{ x = 1; }}; b = {{ x = 2; }}; }} ];
+    }})""")
+    assert "[g-a]\nx = 1\n" in text and "[g-b]\nx = 2\n" in text
+
+
+def test_model_sources_pick_local_or_hf_keys_and_paths_enter_the_store(tmp_path) -> None:
+    model = tmp_path / "local.gguf"
+    model.write_bytes(b"GGUF")
+    text = nix_eval(f"{renderer()}.render (import {REPO}/modules/presets/base.nix {{ models.qwen38 = {model}; }})")
+    stored = [line for line in text.splitlines() if line.startswith("model = ")]
+    # A path value is copied to the store (so the INI, and the unit, depend on it).
+    assert stored and all(line.startswith("model = /nix/store/") and line.endswith("-local.gguf") for line in stored)
+    context = nix_eval(f"builtins.attrNames (builtins.getContext ({renderer()}.render "
+                       f"(import {REPO}/modules/presets/base.nix {{ models.qwen38 = {model}; }})))")
+    assert len(context) == 1 and context[0].endswith("-local.gguf")  # type: ignore[index,union-attr]
 
 
 def test_model_sources_pick_local_or_hf_keys() -> None:
@@ -105,12 +231,13 @@ BAD_DATA = [
     ("p", '{ api-key = "a;b"; }', ['preset "p", key "api-key"', "comment"]),
     ("p", '{ "--ctx-size" = 1; }', ['preset "p", key "--ctx-size"', "not a valid INI key"]),
     ("p", '{ alias = " padded"; }', ['preset "p", key "alias"', "blank"]),
+    ("p", "{ temp = 1.0e308 * 10.0; }", ['preset "p", key "temp"', "not a finite number"]),
 ]
 
 
 @pytest.mark.parametrize("preset,section,words", BAD_DATA, ids=[w[1] for _, _, w in BAD_DATA])
 def test_bad_preset_data_fails_naming_preset_and_key(preset: str, section: str, words: list[str]) -> None:
-    expr = f"(import {RENDERER}).render {{ {nix_string(preset)} = {section}; ok = {{ c = 1; }}; }}"
+    expr = f"{renderer()}.render {{ {nix_string(preset)} = {section}; ok = {{ c = 1; }}; }}"
     with pytest.raises(NixError) as info:
         nix_eval(expr)
     message = info.value.args[0]
@@ -119,30 +246,30 @@ def test_bad_preset_data_fails_naming_preset_and_key(preset: str, section: str, 
     assert "invalid preset data" in message
     # The same problem through builtins.tryEval: evaluation fails, it does not render.
     assert nix_eval(f"(builtins.tryEval ({expr})).success") is False
-    errors = nix_eval(f"(import {RENDERER}).errors {{ {nix_string(preset)} = {section}; }}")
+    errors = nix_eval(f"{renderer()}.errors {{ {nix_string(preset)} = {section}; }}")
     assert errors and all('preset "' in e for e in errors)
 
 
 def test_good_preset_sets_have_no_errors() -> None:
-    for path in PRESET_SETS.values():
-        assert nix_eval(f"(import {RENDERER}).errors (import {path} {{ }})") == []
+    for name in PRESET_SETS:
+        assert nix_eval(f"{renderer()}.errors {preset_set_expr(name)}") == []
 
 
 def test_server_args_and_systemd_quoting() -> None:
-    args = nix_eval(f"""(import {RENDERER}).serverArgs {{
+    args = nix_eval(f"""{renderer()}.serverArgs {{
         host = "127.0.0.1"; port = 48123; presetsFile = "/nix/store/x-presets.ini";
         modelsMax = 1; sleepIdleSeconds = 300; extraFlags = [ "--metrics" ];
     }}""")
     assert args == ["--host", "127.0.0.1", "--port", "48123", "--models-preset", "/nix/store/x-presets.ini",
                     "--models-max", "1", "--sleep-idle-seconds", "300", "--metrics"]
-    single = nix_eval(f'(import {RENDERER}).serverArgs {{ host = "::"; port = 8080; model = "/m.gguf"; }}')
+    single = nix_eval(f'{renderer()}.serverArgs {{ host = "::"; port = 8080; model = "/m.gguf"; }}')
     assert single == ["--host", "::", "--port", "8080", "--model", "/m.gguf"]
-    quoted = nix_eval(f'(import {RENDERER}).escapeSystemdArgs [ "a b" "50%" "$HOME" "q\\"uote" ]')
+    quoted = nix_eval(f'{renderer()}.escapeSystemdArgs [ "a b" "50%" "$HOME" "q\\"uote" ]')
     assert quoted == '"a b" "50%%" "$$HOME" "q\\"uote"'
 
 
 def test_marker_format() -> None:
-    marker = nix_eval(f"""(import {RENDERER}).marker {{
+    marker = nix_eval(f"""{renderer()}.marker {{
         specialisation = "llm-fa86"; packageName = "llama-cpp-fa86"; packageVersion = "7777";
         packagePath = "/nix/store/x-llama-cpp-fa86-7777"; presets = {{ "*" = {{ }}; b = {{ }}; a = {{ }}; }};
         presetsFile = "/etc/llama-cpp/presets.ini"; url = "http://127.0.0.1:48123";

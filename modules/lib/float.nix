@@ -59,7 +59,10 @@ let
       s = p - 1 - e;
       x = scaleBy10 a s;
       n0 = floor x;
-      width = floor (x * 6.5e-16) + 2;
+      # Below the normal range a double's spacing is fixed (4.9e-324) and may span many
+      # candidates.
+      spacing = if a < fromJSON "2.2250738585072014e-308" then scaleBy10 (fromJSON "5e-324") s else 0.0;
+      width = floor (if spacing > x * 6.5e-16 then spacing else x * 6.5e-16) + 2;
       # fromJSON fails on a decimal beyond the largest double instead of reading infinity,
       # so such a candidate is never read.
       parsable =

@@ -14,11 +14,19 @@ REPO = Path(__file__).resolve().parents[2]
 EXPECTED = REPO / "tests" / "nix" / "expected"
 RENDERER = REPO / "modules" / "lib" / "presets-ini.nix"
 
-# Each preset set: (name of the expected INI, the builtins-only file that returns it).
-PRESET_SETS = {
+# The builtins-only preset data files.
+PRESET_FILES = {
     "base": REPO / "modules" / "presets" / "base.nix",
-    "llm-fa86": REPO / "specialisations" / "llm-fa86-presets.nix",
-    "llm-llamampere": REPO / "specialisations" / "llm-llamampere-presets.nix",
+    "fa86": REPO / "specialisations" / "llm-fa86-presets.nix",
+    "llamampere": REPO / "specialisations" / "llm-llamampere-presets.nix",
+}
+
+# Each engine's full preset set (name of the expected INI -> the data files it layers, as
+# modules/base-presets.nix does: an engine's presets over the base ones, key by key).
+PRESET_SETS = {
+    "base": ["base"],
+    "llm-fa86": ["base", "fa86"],
+    "llm-llamampere": ["llamampere"],
 }
 
 
@@ -53,26 +61,62 @@ def nix_string(s: str) -> str:
     return json.dumps(s).replace("${", "\\${")
 
 
-def render_expr(preset_file: Path, models: dict[str, str] | None = None) -> str:
+def renderer() -> str:
+    """A Nix expression for modules/lib/presets-ini.nix applied to nixpkgs' lib."""
+    return f"(import {RENDERER} {{ lib = import {nixpkgs_lib()}; }})"
+
+
+def preset_set_expr(name: str, models: dict[str, str] | None = None) -> str:
     models_nix = "{ " + " ".join(f"{k} = {nix_string(v)};" for k, v in (models or {}).items()) + " }"
-    return f"(import {RENDERER}).render (import {preset_file} {{ models = {models_nix}; }})"
+    layers = [f"(import {PRESET_FILES[f]} {{ models = {models_nix}; }})" for f in PRESET_SETS[name]]
+    expr = layers[0]
+    for layer in layers[1:]:
+        expr = f"((import {nixpkgs_lib()}).recursiveUpdate {expr} {layer})"
+    return expr
+
+
+def render_expr(name: str, models: dict[str, str] | None = None) -> str:
+    return f"{renderer()}.render {preset_set_expr(name, models)}"
 
 
 def render_preset_set(name: str, models: dict[str, str] | None = None) -> str:
-    return nix_eval(render_expr(PRESET_SETS[name], models))  # type: ignore[return-value]
+    return nix_eval(render_expr(name, models))  # type: ignore[return-value]
+
+
+def _missing(message: str) -> None:
+    """Skip saying what is missing; in CI (CI set), fail: CI has ../shared/nixpkgs."""
+    if os.environ.get("CI"):
+        pytest.fail(message + "; CI must run these tests (.ci/run sets NIXPKGS_LIB when ../shared/nixpkgs exists)")
+    pytest.skip(message)
 
 
 def nixpkgs_lib() -> Path:
-    """nixpkgs' lib directory from NIXPKGS_LIB, or skip saying what is missing."""
+    """nixpkgs' lib directory from NIXPKGS_LIB, or skip (fail in CI) saying what is missing."""
     value = os.environ.get("NIXPKGS_LIB")
     if not value:
-        pytest.skip(
-            "NIXPKGS_LIB is not set: the module evaluation tests need nixpkgs' lib "
-            "(a nixpkgs or nix-community/nixpkgs.lib checkout, the directory holding lib/); "
+        _missing(
+            "NIXPKGS_LIB is not set: the renderer and the module tests need nixpkgs' lib "
+            "(../shared/nixpkgs, a nixpkgs checkout, or nix-community/nixpkgs.lib: the directory holding lib/); "
             "see docs/nixos.md"
         )
-    root = Path(value)
+    root = Path(value).resolve()
     for candidate in (root / "lib", root):
         if (candidate / "default.nix").is_file() and (candidate / "modules.nix").is_file():
             return candidate
     pytest.fail(f"NIXPKGS_LIB={value} holds neither lib/default.nix nor default.nix+modules.nix of nixpkgs' lib")
+
+
+NIXPKGS_MODULE = Path("nixos/modules/services/misc/llama-cpp.nix")
+NIXPKGS_RECIPE = Path("pkgs/by-name/ll/llama-cpp/package.nix")
+
+
+def nixpkgs_root() -> Path:
+    """The nixpkgs tree around NIXPKGS_LIB's lib, with nixpkgs' llama-cpp module and recipe."""
+    root = nixpkgs_lib().parent
+    missing = [str(p) for p in (NIXPKGS_MODULE, NIXPKGS_RECIPE) if not (root / p).is_file()]
+    if missing:
+        _missing(
+            f"{root} lacks {', '.join(missing)}: the module tests evaluate with nixpkgs' own "
+            "llama-cpp module and recipe (a full nixpkgs checkout, or ../shared/nixpkgs)"
+        )
+    return root
