@@ -38,6 +38,6 @@ in
       )
     );
     presets = import ./llm-llamampere-presets.nix { inherit (cfg) models; };
-    inheritBasePresets = false;
+    inheritBasePresets = lib.mkDefault false;
   };
 }

@@ -9,11 +9,12 @@
 # As NixOS's module-list does, every evaluation has nixpkgs' llama-cpp module in its module
 # list and modulesPath pointing at nixpkgs' modules, so the `disabledModules` of
 # ../../modules/llama-cpp.nix must really remove it (else its options are declared twice).
-# `nixpkgsModule = null` leaves it out, for the test that shows that it would conflict.
+# With `modulesPath` elsewhere, `disabledModules` names no file in the list: the control that
+# shows the evaluation would then fail.
 {
   libPath,
   nixpkgsRoot ? dirOf libPath,
-  nixpkgsModule ? "services/misc/llama-cpp.nix",
+  nixpkgsModule ? nixpkgsRoot + "/nixos/modules/services/misc/llama-cpp.nix",
   modulesPath ? nixpkgsRoot + "/nixos/modules",
 }:
 
@@ -30,6 +31,8 @@ let
     options = {
       assertions = mkOption { type = types.listOf types.unspecified; default = [ ]; };
       warnings = mkOption { type = types.listOf types.str; default = [ ]; };
+      # nixpkgs modules set meta.maintainers; never read here (its list is not in ../shared/nixpkgs).
+      meta = mkOption { type = types.lazyAttrsOf types.raw; default = { }; };
       environment.etc = mkOption {
         default = { };
         type = types.attrsOf (types.submodule {
@@ -67,7 +70,7 @@ let
   eval = modules: lib.evalModules {
     modules =
       [ nixosStub { _module.args = { inherit pkgs utils; }; } ]
-      ++ lib.optional (nixpkgsModule != null) (modulesPath + "/${nixpkgsModule}")
+      ++ [ nixpkgsModule ]
       ++ modules;
     specialArgs = { inherit modulesPath; };
   };
