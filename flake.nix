@@ -41,6 +41,58 @@
           lastModifiedDate = llamampere.lastModifiedDate or null;
         }).version;
 
+      # The CPU parts of the checks (see `checks` below).
+      cpuChecks =
+        let
+          args = { inherit pkgs self llmBenchSrc; };
+
+          # The machine of the flake's default module on CPU; only its /etc files are built.
+          cpuSystem = nixpkgs.lib.nixosSystem {
+            inherit system;
+            modules = [
+              self.nixosModules.default
+              {
+                llmBench.cuda = false;
+                boot.isContainer = true;
+                system.stateVersion = "25.11";
+              }
+            ];
+          };
+          # A specialisation's configuration, as nixos/modules/system/activation/specialisation.nix
+          # builds it.
+          configOf =
+            name:
+            if name == "base" then
+              cpuSystem.config
+            else
+              (cpuSystem.extendModules {
+                modules = [
+                  cpuSystem.config.specialisation.${name}.configuration
+                  { specialisation = lib.mkOverride 0 { }; }
+                ];
+              }).config;
+
+          checks = {
+            # The pure parts, as the Python tests check them, but inside Nix.
+            presets-ini = import ./tests/nixos/presets-ini.nix args;
+            # The router on CPU with tiny models, and llm-bench measuring it.
+            router = import ./tests/nixos/router.nix args;
+            # switch-to-configuration test into each specialisation and back.
+            specialisation-switch = import ./tests/nixos/specialisation-switch.nix args;
+            # Each engine's presets INI, whose build runs check-preset-keys against that engine's
+            # own llama-server (the fork's keys against the fork), built without CUDA.
+            presets-keys = pkgs.linkFarm "llm-bench-presets-checked" (
+              map (name: {
+                name = "${name}.ini";
+                path = (configOf name).environment.etc."llama-cpp/presets.ini".source;
+              }) [ "base" "llm-fa86" "llm-llamampere" ]
+            );
+            llm-bench = self.packages.${system}.llm-bench;
+          };
+        in
+        pkgs.linkFarm "llm-bench-cpu-checks" (lib.mapAttrsToList (name: path: { inherit name path; }) checks)
+        // { inherit checks; };
+
       llamampereSource = { lib, ... }: {
         llmBench.llamampere.src = lib.mkDefault llamampere;
         llmBench.llamampere.version = lib.mkDefault llamampereVersion;
@@ -69,6 +121,7 @@
           version = llamampereVersion;
         };
         check-preset-keys = pkgs.callPackage ./pkgs/check-preset-keys { };
+        cpu-checks = cpuChecks;
         default = self.packages.${system}.llm-bench;
       };
 
@@ -81,19 +134,14 @@
         default = self.apps.${system}.llm-bench;
       };
 
-      checks.${system} =
-        let
-          args = { inherit pkgs self llmBenchSrc; };
-        in
-        {
-          # The pure parts, as the Python tests check them, but inside Nix.
-          presets-ini = import ./tests/nixos/presets-ini.nix args;
-          # The router on CPU with tiny models, and llm-bench measuring it.
-          router = import ./tests/nixos/router.nix args;
-          # switch-to-configuration test into each specialisation and back.
-          specialisation-switch = import ./tests/nixos/specialisation-switch.nix args;
-          llm-bench = self.packages.${system}.llm-bench;
-        };
+      # `nix flake check` builds all of these, the CUDA engines included (hours; nothing of
+      # fa86 or llamampere is in a binary cache). `nix build .#cpu-checks -L` builds only the
+      # CPU parts: the VM tests and each engine built without CUDA, its INI checked against it.
+      checks.${system} = cpuChecks.checks // {
+        cuda-llama-cpp-fa86 = self.packages.${system}.llama-cpp-fa86;
+        cuda-llamampere = self.packages.${system}.llamampere;
+      };
+
 
       devShells.${system}.default = pkgs.mkShell {
         packages = [

@@ -30,8 +30,8 @@ in
       turboCoder = "${tiny}/target.gguf";
       dflash2Draft = "${tiny}/draft.gguf";
     };
-    llmBench.packages.llama-cpp-fa86 = renamed "llama-cpp-fa86";
-    llmBench.packages.llamampere = renamed "llamampere";
+    llmBench.engines.fa86.package = renamed "llama-cpp-fa86";
+    llmBench.engines.llamampere.package = renamed "llamampere";
     # llmBench.cuda = false makes the base package nixpkgs' CPU llama-cpp.
 
     environment.systemPackages = [ self.packages.${pkgs.stdenv.hostPlatform.system}.llm-bench pkgs.curl pkgs.jq ];

@@ -1,15 +1,22 @@
-# The builtins-only parts inside Nix: each preset set renders to its checked-in expected INI.
+# The renderer inside Nix: each engine's preset set renders to its checked-in expected INI
+# (as tests/test_nix_pure.py checks with nix-instantiate).
 { pkgs, ... }:
 
 let
-  ini = import ../../modules/lib/presets-ini.nix;
+  inherit (pkgs) lib;
+  ini = import ../../modules/lib/presets-ini.nix { inherit lib; };
+  base = import ../../modules/presets/base.nix { };
   sets = {
-    base = import ../../modules/presets/base.nix { };
-    llm-fa86 = import ../../specialisations/llm-fa86-presets.nix { };
+    inherit base;
+    llm-fa86 = lib.recursiveUpdate base (import ../../specialisations/llm-fa86-presets.nix { });
     llm-llamampere = import ../../specialisations/llm-llamampere-presets.nix { };
   };
-  rendered = pkgs.linkFarm "llm-bench-rendered-presets"
-    (pkgs.lib.mapAttrsToList (name: set: { name = "${name}.ini"; path = pkgs.writeText "${name}.ini" (ini.render set); }) sets);
+  rendered = pkgs.linkFarm "llm-bench-rendered-presets" (
+    lib.mapAttrsToList (name: set: {
+      name = "${name}.ini";
+      path = pkgs.writeText "${name}.ini" (ini.render set);
+    }) sets
+  );
 in
 pkgs.runCommand "llm-bench-presets-ini" { } ''
   for name in ${toString (builtins.attrNames sets)}; do
