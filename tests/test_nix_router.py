@@ -2,8 +2,9 @@
 
 The files given to the router are tests/nix/expected/*.ini, which test_nix_pure.py proves are
 exactly what Nix renders for the base system and each specialisation. The router must list
-every preset, and the argument list it reports for a preset (`status.args` of `GET /models`,
-what it will run on load) must carry every key of the preset and of `[*]`.
+exactly their presets (no phantom `default`, nothing missing), and the argument list it reports
+for a preset (`status.args` of `GET /models`, what it will run on load) must carry every key of
+the preset and of `[*]`. A grid of 6 presets, with floats, is rendered and served the same way.
 
 Model sources: the real files name Hugging Face repositories, which the router lists without
 downloading anything. To show the arguments also *run*, the same preset sets are rendered
@@ -27,7 +28,7 @@ import time
 import httpx
 import pytest
 
-from tests.nix.helpers import EXPECTED, render_preset_set
+from tests.nix.helpers import EXPECTED, nix_eval, nix_string, render_preset_set, renderer
 
 # The argument each INI key becomes in the router's argument list (llama-server reports the
 # last spelling of an option, e.g. `spec-draft-hf` -> `--hf-repo-draft`).
@@ -43,6 +44,8 @@ ARG_OF_KEY = {
     "spec-draft-model": "--model-draft",
     "spec-draft-n-max": "--spec-draft-n-max",
     "spec-type": "--spec-type",
+    "min-p": "--min-p",
+    "temp": "--temp",
 }
 # Boolean keys: `no-mmproj = true` turns the projector off.
 FLAG_OF_KEY = {("no-mmproj", "true"): "--no-mmproj-auto"}
@@ -93,7 +96,7 @@ def test_router_lists_every_preset_with_its_arguments(router_factory, name: str)
     expected = presets_of(ini.read_text())
     router = router_factory(ini.read_text())
     listed = listed_models(router.url)
-    assert set(expected) <= set(listed), f"not listed: {set(expected) - set(listed)}"
+    assert set(listed) == set(expected), f"missing {set(expected) - set(listed)}, unexpected {set(listed) - set(expected)}"
     for preset, settings in expected.items():
         assert listed[preset]["status"]["value"] == "unloaded"
         assert_args(preset, settings, listed[preset]["status"]["args"])
@@ -142,6 +145,7 @@ def test_control_preset_runs_with_local_models(router_factory, tiny_sources, nam
     assert all(s.get("model") == tiny_sources["qwen38"] for s in expected.values())
     router = router_factory(text)
     listed = listed_models(router.url)
+    assert set(listed) == set(expected)
     for preset, settings in expected.items():
         assert_args(preset, settings, listed[preset]["status"]["args"])
     # The `[*]` settings (context 65536, fit, FlashAttention, q8_0 K and V, no projector)
@@ -156,3 +160,32 @@ def test_turbo4_presets_need_the_llamampere_build(router_factory, tiny_sources) 
     entry = load(router.url, "ampere-turbo4", timeout=60)
     assert entry["status"]["value"] != "loaded", entry
     assert "Unsupported cache type: turbo4" in router.log(), router.log()[-3000:]
+
+
+def test_a_grid_of_six_presets_is_served(router_factory, tiny_sources) -> None:
+    """A grid (3 KV cache types x 2 draft depths) over a base with floats, rendered by the module's
+    renderer, is listed exactly by the real router, with each preset's arguments, and runs."""
+    target, draft = nix_string(tiny_sources["qwen38"]), nix_string(tiny_sources["dflash2Draft"])
+    text = nix_eval(f"""{renderer()}.render ({{
+        "*" = {{ ctx-size = 4096; flash-attn = "on"; min-p = 0.0000005; temp = 0.7; }};
+    }} // {renderer()}.grid {{
+        prefix = "tiny";
+        base = {{ model = {target}; spec-type = "draft-simple"; spec-draft-model = {draft}; }};
+        axes = [
+          {{ f16 = {{ cache-type-k = "f16"; cache-type-v = "f16"; }};
+             q8 = {{ cache-type-k = "q8_0"; cache-type-v = "q8_0"; }};
+             q4 = {{ cache-type-k = "q4_0"; cache-type-v = "q4_0"; }}; }}
+          {{ d1 = {{ spec-draft-n-max = 1; }}; d3 = {{ spec-draft-n-max = 3; }}; }}
+        ];
+    }})""")
+    assert "min-p = 5e-07\n" in text and "temp = 0.7\n" in text  # type: ignore[operator]
+    expected = presets_of(text)  # type: ignore[arg-type]
+    names = {f"tiny-{kv}-{d}" for kv in ("f16", "q8", "q4") for d in ("d1", "d3")}
+    assert set(expected) == names
+    router = router_factory(text)
+    listed = listed_models(router.url)
+    assert set(listed) == names
+    for preset, settings in expected.items():
+        assert_args(preset, settings, listed[preset]["status"]["args"])
+    entry = load(router.url, "tiny-q4-d3")
+    assert entry["status"]["value"] == "loaded", f"tiny-q4-d3 did not load: {entry}\n{router.log()[-3000:]}"

@@ -1,0 +1,166 @@
+"""check-preset-keys (pkgs/check-preset-keys), the build-time check of a presets INI, run against
+the test bed's real CPU llama-server: what it accepts the real router accepts, and what it
+refuses the real router refuses.
+
+The NixOS module runs the same script while building the INI, with `--server` set to the
+configuration's own package (tests/test_nix_modules.py checks that wiring for every
+specialisation); here a fork is a wrapper around the real binary whose `--help` lists one
+option more, as a fork with its own options would.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.nix.helpers import EXPECTED, REPO
+
+CHECKER = REPO / "pkgs" / "check-preset-keys" / "check-preset-keys.py"
+
+
+def check(server: Path, ini: Path | str, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
+    if isinstance(ini, str):
+        path = tmp_path / "presets.ini"
+        path.write_text(ini)
+        ini = path
+    return subprocess.run([sys.executable, str(CHECKER), "--server", str(server), *extra, str(ini)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def router_refusal(server: Path, ini_text: str, tmp_path: Path) -> str:
+    """What the real router says when it refuses a presets file at start; "" once it serves /models."""
+    path = tmp_path / "router.ini"
+    path.write_text(ini_text)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = tmp_path / "router.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([str(server), "--models-preset", str(path), "--host", "127.0.0.1", "--port", str(port)],
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                return log.read_text() or f"exited with {proc.returncode}"
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/models", timeout=2).status_code == 200:
+                    return ""
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"the router neither served /models nor exited:\n{log.read_text()[-2000:]}")
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.mark.parametrize("name", ["base", "llm-fa86", "llm-llamampere"])
+def test_rendered_inis_pass(llama_server_bin: Path, tmp_path: Path, name: str) -> None:
+    result = check(llama_server_bin, EXPECTED / f"{name}.ini", tmp_path)
+    assert result.returncode == 0, result.stderr
+
+
+BAD = """\
+[*]
+ctx-size = 8192
+
+[x]
+model = /m.gguf
+ctx_sise = 4096
+
+[y]
+model = /m.gguf
+spec-draft-nmax = 2
+"""
+
+
+def test_misspelled_key_fails_naming_preset_key_and_nearest(llama_server_bin: Path, tmp_path: Path) -> None:
+    result = check(llama_server_bin, BAD, tmp_path)
+    assert result.returncode == 1, result
+    assert f'preset "x", key "ctx_sise": not an option of {llama_server_bin}; did you mean "ctx-size"?' in result.stderr
+    assert 'preset "y", key "spec-draft-nmax"' in result.stderr and 'did you mean "spec-draft-n-max"?' in result.stderr
+    assert "ctx-size = 8192" not in result.stderr  # the good keys are not reported
+
+
+def test_the_real_router_refuses_what_the_check_refuses(llama_server_bin: Path, tmp_path: Path) -> None:
+    bad = "[x]\nmodel = /m.gguf\nctx_sise = 4096\n"
+    assert check(llama_server_bin, bad, tmp_path).returncode == 1
+    said = router_refusal(llama_server_bin, bad, tmp_path)
+    assert "ctx_sise" in said and "not recognized in preset" in said, said
+
+
+# Every spelling the router takes for a key: long, short, negated, environment variable (and
+# its LLAMA_ARG_NO_ form), router-only preset keys.
+SPELLINGS = """\
+[*]
+c = 4096
+LLAMA_ARG_N_PARALLEL = 1
+no-mmproj = true
+LLAMA_ARG_NO_MMPROJ_AUTO = 1
+
+[p]
+model = /m.gguf
+load-on-startup = false
+stop-timeout = 5
+fa = on
+temp = 5e-07
+version = 1
+"""
+
+
+def test_every_spelling_the_router_takes_passes(llama_server_bin: Path, tmp_path: Path) -> None:
+    result = check(llama_server_bin, SPELLINGS, tmp_path)
+    assert result.returncode == 0, result.stderr
+    # The real router starts with the same file: the check refuses nothing it takes.
+    assert router_refusal(llama_server_bin, SPELLINGS, tmp_path) == ""
+
+
+@pytest.fixture
+def fork_server(llama_server_bin: Path, tmp_path: Path) -> Path:
+    """A stand-in for a fork: the real llama-server, whose --help lists one option more."""
+    fork = tmp_path / "fork" / "llama-server"
+    fork.parent.mkdir()
+    fork.write_text(f"""#!/bin/sh
+"{llama_server_bin}" "$@" || exit $?
+if [ "$1" = "--help" ]; then
+  printf '%s\\n' '--spec-mtp-adaptive [on|off]                adaptive MTP draft depth (fork only)' '(env: LLAMA_ARG_SPEC_MTP_ADAPTIVE)'
+fi
+""")
+    fork.chmod(0o755)
+    return fork
+
+
+FORK_INI = "[ampere-turbo4-adaptive]\nmodel = /m.gguf\ncache-type-k = turbo4\nspec-mtp-adaptive = on\n"
+
+
+def test_each_ini_is_checked_against_its_own_package(llama_server_bin: Path, fork_server: Path,
+                                                     tmp_path: Path) -> None:
+    """A fork-only key passes for the fork and fails for the stock build (values are not keys)."""
+    assert check(fork_server, FORK_INI, tmp_path).returncode == 0
+    stock = check(llama_server_bin, FORK_INI, tmp_path)
+    assert stock.returncode == 1
+    assert 'preset "ampere-turbo4-adaptive", key "spec-mtp-adaptive"' in stock.stderr
+    assert "cache-type-k" not in stock.stderr
+    assert check(llama_server_bin, FORK_INI, tmp_path, "--allow-key", "spec-mtp-adaptive").returncode == 0
+
+
+def test_a_server_that_cannot_run_is_an_error(tmp_path: Path) -> None:
+    missing = check(tmp_path / "nope", "[p]\nc = 1\n", tmp_path)
+    assert missing.returncode == 2 and "cannot run" in missing.stderr
+    not_llama = tmp_path / "true"
+    not_llama.write_text("#!/bin/sh\necho usage: nothing\n")
+    not_llama.chmod(0o755)
+    result = check(not_llama, "[p]\nc = 1\n", tmp_path)
+    assert result.returncode == 1 and "lists no options" in result.stderr
