@@ -45,7 +45,7 @@ ARG_OF_KEY = {
     "spec-draft-n-max": "--spec-draft-n-max",
     "spec-type": "--spec-type",
     "min-p": "--min-p",
-    "temp": "--temp",
+    "temp": "--temperature",
 }
 # Boolean keys: `no-mmproj = true` turns the projector off.
 FLAG_OF_KEY = {("no-mmproj", "true"): "--no-mmproj-auto"}
