@@ -10,9 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from llm_bench.chart import draw_chart
+from llm_bench.report.chart import draw_chart
 from llm_bench.plan import Plan, Protocol
-from llm_bench.protocol import run_plan
+from llm_bench.runner import run_plan
 from llm_bench.report import find_baseline, load_rows, markdown_table
 from llm_bench.testbed.llama_server import ensure_llama_server
 from llm_bench.testbed.presets import render_presets_ini

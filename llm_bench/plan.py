@@ -17,7 +17,9 @@ from llm_bench.engines import ENGINES
 
 DEFAULT_PROMPT = "code"
 DEFAULT_URL = "http://127.0.0.1:48123"
-WORKLOADS = ("protocol", "categories", "concurrency", "prefix-cache")
+WORKLOADS = ("standard", "categories", "concurrency", "prefix-cache")
+# Plans and flags written before the default workload was named "standard" call it "protocol".
+LEGACY_WORKLOADS = {"protocol": "standard"}
 
 
 class PlanError(ValueError):
@@ -46,7 +48,7 @@ class Protocol:
     strict: bool = False
     request_timeout_s: float = 600.0
     load_timeout_s: float = 900.0
-    workloads: tuple[str, ...] = ("protocol",)
+    workloads: tuple[str, ...] = ("standard",)
     categories: tuple[str, ...] = ("prose", "code", "json")
     concurrency: tuple[int, ...] = (1, 2, 4, 8)
     prefix_prompt_tokens: int = 11000
@@ -59,6 +61,7 @@ class Protocol:
             if isinstance(value, (str, int)):
                 raise PlanError(f"{name} must be a list, not {value!r}")
             object.__setattr__(self, name, tuple(value))
+        object.__setattr__(self, "workloads", tuple(LEGACY_WORKLOADS.get(w, w) for w in self.workloads))
         unknown = [w for w in self.workloads if w not in WORKLOADS]
         if unknown:
             raise PlanError(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
@@ -80,6 +83,17 @@ class Protocol:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
 
 
+def read_key_file(path: Path) -> str:
+    """The key on a key file's first non-empty line (a trailing newline or comment lines after it are fine)."""
+    try:
+        lines = [line.strip() for line in path.read_text().splitlines() if line.strip()]
+    except OSError as e:
+        raise PlanError(f"cannot read the API key file {path}: {e.strerror or e}") from e
+    if not lines:
+        raise PlanError(f"the API key file {path} is empty")
+    return lines[0]
+
+
 @dataclass(frozen=True)
 class ApiKeySource:
     """Where the API key comes from; only this (never the key) is kept in results."""
@@ -89,13 +103,7 @@ class ApiKeySource:
 
     def read(self) -> str | None:
         if self.file is not None:
-            try:
-                key = self.file.read_text().strip()
-            except OSError as e:
-                raise PlanError(f"cannot read the API key file {self.file}: {e}") from e
-            if not key:
-                raise PlanError(f"the API key file {self.file} is empty")
-            return key
+            return read_key_file(self.file)
         if self.env is not None:
             key = os.environ.get(self.env, "").strip()
             if not key:

@@ -17,9 +17,11 @@ from typing import Any
 
 import tomli_w
 
-from llm_bench.metrics import SpecCounters
+from llm_bench.engines.metrics import SpecCounters
 
 FORMAT = "llm-bench/1"
+# Files written before the default workload was named "standard" call it "protocol".
+LEGACY_STANDARD = "protocol"
 
 
 @dataclass
@@ -63,7 +65,7 @@ class AliasRecord:
     alias: str
     target: str = ""
     engine: str = "llama-cpp"
-    workload: str = "protocol"
+    workload: str = "standard"
     category: str | None = None
     concurrency: int | None = None
     decode_source: str = "server timings"
@@ -85,7 +87,7 @@ class AliasRecord:
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     unloaded_after: bool | None = None
-    telemetry: dict[str, Any] | None = None  # GPU samples and summary of the measured span (llm_bench.telemetry)
+    telemetry: dict[str, Any] | None = None  # GPU samples and summary of the measured span (llm_bench.gpu.telemetry)
     model_bytes: int | None = None  # roofline: bytes read per token, approximated by the model file size
     memory_bandwidth_gbs: float | None = None  # roofline: the GPU's peak memory bandwidth
     roofline_tps: float | None = None  # bandwidth / model bytes (x mean acceptance length when drafting)
@@ -106,10 +108,6 @@ class AliasRecord:
     def percentile(self, metric: str, q: float) -> float | None:
         values = sorted(v for v in (getattr(run, metric) for run in self.runs) if v is not None)
         return percentile(values, q) if values else None
-
-    @property
-    def draft_acceptance(self) -> float | None:
-        return None if self.spec is None else self.spec.acceptance_rate
 
     def to_toml(self) -> dict[str, Any]:
         record: dict[str, Any] = {"alias": self.alias, "target": self.target, "engine": self.engine,
@@ -149,6 +147,8 @@ class AliasRecord:
     @classmethod
     def from_toml(cls, data: dict[str, Any]) -> AliasRecord:
         fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k not in ("runs", "spec")}
+        if fields.get("workload") == LEGACY_STANDARD:
+            fields["workload"] = "standard"
         run_names = RunRecord.__dataclass_fields__
         runs = [RunRecord(**{k: v for k, v in r.items() if k in run_names}) for r in data.get("runs", [])]
         spec = None
@@ -186,25 +186,37 @@ class ResultSet:
         return {"meta": _drop_none(self.meta), "aliases": [a.to_toml() for a in self.aliases]}
 
 
+class ResultsFileError(ValueError):
+    pass
+
+
+def reserve_path(output_dir: Path, stem: str) -> Path:
+    """A new file ``STEM.toml`` (or ``STEM-2.toml``, ...) created empty, so no earlier file is overwritten."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        path = output_dir / (f"{stem}.toml" if n == 1 else f"{stem}-{n}.toml")
+        try:
+            with path.open("x"):
+                return path
+        except FileExistsError:
+            continue
+    raise ResultsFileError(f"could not find a free results file name for {stem} in {output_dir}")
+
+
+def write_toml(path: Path, data: dict[str, Any]) -> None:
+    """Replace the file in one step, so a crash leaves the old content or the new, never half."""
+    staged = path.with_name(f".{path.name}.partial")
+    staged.write_text(tomli_w.dumps(data))
+    os.replace(staged, path)
+
+
 class ResultsWriter:
     """Owns one results file: reserved at start, rewritten after each alias."""
 
     def __init__(self, output_dir: Path, result_set: ResultSet, stem: str):
-        output_dir.mkdir(parents=True, exist_ok=True)
         self.result_set = result_set
-        self.path = self._reserve(output_dir, stem)
+        self.path = reserve_path(output_dir, stem)
         self.flush()
-
-    @staticmethod
-    def _reserve(output_dir: Path, stem: str) -> Path:
-        for n in range(1, 1000):
-            path = output_dir / (f"{stem}.toml" if n == 1 else f"{stem}-{n}.toml")
-            try:
-                with path.open("x"):
-                    return path
-            except FileExistsError:
-                continue
-        raise RuntimeError(f"could not find a free results file name for {stem} in {output_dir}")
 
     def add(self, record: AliasRecord) -> None:
         self.extend([record])
@@ -219,18 +231,12 @@ class ResultsWriter:
         self.flush()
 
     def flush(self) -> None:
-        staged = self.path.with_name(f".{self.path.name}.partial")
-        staged.write_text(tomli_w.dumps(self.result_set.to_toml()))
-        os.replace(staged, self.path)
+        write_toml(self.path, self.result_set.to_toml())
 
 
 def results_stem(started_at: datetime, label: str) -> str:
     safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in label).strip("-") or "run"
     return f"llm-bench-{started_at.strftime('%Y%m%d-%H%M%S')}-{safe}"
-
-
-class ResultsFileError(ValueError):
-    pass
 
 
 def load_results(path: Path) -> ResultSet:

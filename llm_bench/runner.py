@@ -12,14 +12,15 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 
 from llm_bench import __version__
-from llm_bench.client import ServerError, ServerUnreachable
-from llm_bench.doctor import InRunChecks
+from llm_bench.engines.errors import ServerError, ServerUnreachable
+from llm_bench.diagnostics.in_run import InRunChecks
 from llm_bench.engines import Engine, open_engine, select_models
-from llm_bench.gpu import Nvml, VramReading
+from llm_bench.gpu.nvml import Nvml, VramReading
 from llm_bench.plan import Plan, Protocol
 from llm_bench.results import FORMAT, AliasRecord, ResultSet, ResultsWriter, results_stem
-from llm_bench.telemetry import sampling
-from llm_bench.workloads import RUNNERS, chat_request, derive
+from llm_bench.gpu.telemetry import sampling
+from llm_bench.workloads import RUNNERS
+from llm_bench.workloads.common import chat_request, derive
 
 Log = Callable[[str], None]
 
@@ -54,7 +55,7 @@ def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, lo
     """Every workload of the protocol for one alias; a failure ends the alias, not the run."""
     base = AliasRecord(alias=alias, target=target, engine=engine.kind, decode_source=engine.decode_source)
     records: list[AliasRecord] = []
-    workload = "protocol"
+    workload = "standard"
     try:
         cold = engine.make_cold(alias)
         reading = nvml.vram_used()

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from llm_bench.engine_switch import (
+from llm_bench.engines.switch import (
     EngineSide,
     RouterSide,
     SwitchError,
@@ -36,7 +36,7 @@ from llm_bench.plan import (
     Protocol,
     protocol_from_mapping,
 )
-from llm_bench.protocol import RunAborted, run_plan
+from llm_bench.runner import RunAborted, run_plan
 from llm_bench.results import FORMAT, ResultSet, ResultsWriter, load_results
 
 Log = Callable[[str], None]

@@ -17,14 +17,14 @@ import os
 import sys
 import time
 
-from llm_bench.gpu import FAKE_NVML_ENV, Nvml, PowerLimitError
-from llm_bench.power import restore, save_originals, state_path
-from llm_bench.telemetry import TelemetrySampler, summarise
+from llm_bench.gpu.nvml import NVML_MODULE_ENV, Nvml, PowerLimitError
+from llm_bench.gpu.power import restore, save_originals, state_path
+from llm_bench.gpu.telemetry import TelemetrySampler, summarise
 
 
 def main() -> int:
-    if os.environ.get(FAKE_NVML_ENV):
-        print(f"{FAKE_NVML_ENV} is set: this would test the double, not the GPU; unset it", file=sys.stderr)
+    if os.environ.get(NVML_MODULE_ENV):
+        print(f"{NVML_MODULE_ENV} is set: this would test a stand-in, not the GPU; unset it", file=sys.stderr)
         return 2
     import pynvml
 

@@ -17,13 +17,15 @@ Any call can be made to fail: ``fail={"nvmlDeviceGetTotalEnergyConsumption": NVM
 raises ``NVML_ERROR_NO_PERMISSION`` as the real library does for a non-root user.
 
 ``FileBackedFakeNvml`` keeps the GPUs' state in a JSON file so that power limits persist across
-processes; ``llm_bench.gpu`` loads it when the test-only variable ``LLM_BENCH_FAKE_NVML`` names
-such a file (with the repository root on ``PYTHONPATH``). Nothing outside the tests uses it.
+processes. A real ``llm-bench`` process uses it through the package's documented NVML seam:
+``use_in_subprocesses(monkeypatch, state_file)`` sets ``LLM_BENCH_NVML_MODULE=tests.fake_nvml:from_env``
+and names the state file in ``LLM_BENCH_FAKE_NVML`` (read only here).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -264,3 +266,17 @@ def write_state(path: Path, fake: FakeNvml) -> Path:
 
 def read_state(path: Path) -> FakeNvml:
     return FakeNvml(**FakeNvml.state_from_json(json.loads(Path(path).read_text())))
+
+
+STATE_ENV = "LLM_BENCH_FAKE_NVML"
+
+
+def from_env() -> FileBackedFakeNvml:
+    """The factory the package's NVML seam calls: the double whose state file the tests named."""
+    return FileBackedFakeNvml(os.environ[STATE_ENV])
+
+
+def use_in_subprocesses(monkeypatch, state: Path) -> None:
+    """Make every llm-bench started from now on (in this process or a child) see the double."""
+    monkeypatch.setenv("LLM_BENCH_NVML_MODULE", "tests.fake_nvml:from_env")
+    monkeypatch.setenv(STATE_ENV, str(state))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_bench.engine_switch import OVERRIDE_FILE, compose_command
+from llm_bench.engines.switch import OVERRIDE_FILE, compose_command
 
 yaml = pytest.importorskip("yaml", reason="pyyaml is a test dependency: pip install -e '.[test]'")
 

@@ -11,15 +11,15 @@ from click.testing import CliRunner
 
 from llm_bench.cli import main
 from llm_bench.demo import write_demo_bed
-from llm_bench.doctor import (ERROR, WARNING, check_enforce_eager, check_fa_fallback, check_offload,
-                              check_power_floor, check_vram, vllm_command_lines)
-from llm_bench.gpu import Nvml, VramReading
+from llm_bench.diagnostics.findings import ERROR, WARNING
+from llm_bench.diagnostics.checks import check_enforce_eager, check_fa_fallback, check_offload, check_power_floor, check_vram, vllm_command_lines
+from llm_bench.gpu.nvml import Nvml, VramReading
 from llm_bench.plan import Checks, Plan, Protocol
-from llm_bench.protocol import run_plan
+from llm_bench.runner import run_plan
 from llm_bench.results import load_results
 from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.testbed.router import start_router
-from tests.fake_nvml import FakeGpu, FakeNvml, write_state
+from tests.fake_nvml import FakeGpu, FakeNvml, use_in_subprocesses, write_state
 
 # The exact format strings of llama.cpp build 11434, as a CUDA build prints them under the router.
 OFFLOAD_LINE = "[51234] 0.01.234.567 I load_tensors: offloaded {}/{} layers to GPU"
@@ -52,7 +52,7 @@ def router(llama_server_bin, bed):
 def fake_nvml(tmp_path, monkeypatch):
     def make(fake: FakeNvml) -> Path:
         state = write_state(tmp_path / "nvml.json", fake)
-        monkeypatch.setenv("LLM_BENCH_FAKE_NVML", str(state))
+        use_in_subprocesses(monkeypatch, state)
         monkeypatch.setenv("LLM_BENCH_STATE_DIR", str(tmp_path / "state"))
         return state
     return make

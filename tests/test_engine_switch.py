@@ -1,4 +1,4 @@
-"""The GPU hand-over between the router and another engine (llm_bench.engine_switch).
+"""The GPU hand-over between the router and another engine (llm_bench.engines.switch).
 
 A real llama-server router stands in for llama-cpp.service and a second real llama-server,
 started in the background by an "up" command the way `docker compose up -d` starts
@@ -18,9 +18,9 @@ import pytest
 from click.testing import CliRunner
 
 from llm_bench.cli import main
-from llm_bench.cli_engine import key_from_env_file, read_api_key
-from llm_bench.client import RouterClient
-from llm_bench.engine_switch import (
+from llm_bench.cli.engine import key_from_env_file, read_api_key
+from llm_bench.engines.client import RouterClient
+from llm_bench.engines.switch import (
     EngineSide,
     RouterSide,
     SwitchError,
@@ -261,7 +261,7 @@ def invoke(*args: str):
 def test_cli_up_and_down(bed, router_factory) -> None:
     router = router_factory(bed.ini)
     common = ["--dir", str(bed.dir), "--up-command", bed.engine_up, "--down-command", bed.engine_down,
-              "--url", bed.engine_url, "--model", "", "--router-url", router.url, "--timeout", "60"]
+              "--url", bed.engine_url, "--model", "", "--router-url", router.url, "--ready-timeout", "60"]
     RouterClient(router.url).load("tiny")
     RouterClient(router.url).wait_for_status("tiny", "loaded", 60)
 
@@ -286,7 +286,7 @@ def test_cli_failure_exits_non_zero_with_the_reason(bed, router_factory) -> None
 
 def test_cli_missing_directory_is_a_clear_error(tmp_path) -> None:
     result = invoke("engine", "hyperqwen", "up", "--dir", str(tmp_path / "nope"), "--free-gpu", "none",
-                    "--timeout", "1")
+                    "--ready-timeout", "1")
     assert result.exit_code == 1
     assert "cannot run" in result.output and "nope" in result.output
 

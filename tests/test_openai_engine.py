@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from llm_bench.cli import main
-from llm_bench.metrics import parse_prometheus, prefix_cache_counters, spec_counters
+from llm_bench.engines.metrics import parse_prometheus, prefix_cache_counters, spec_counters
 from llm_bench.plan import ApiKeySource, Plan, PlanError, Protocol
-from llm_bench.protocol import run_plan
+from llm_bench.runner import run_plan
 from llm_bench.results import load_results
 from llm_bench.testbed.presets import render_presets_ini
 from tests.fake_vllm import FakeVllm, FakeVllmConfig
@@ -116,7 +116,7 @@ def test_workloads_on_the_real_router(llama_server_bin, bed, router_factory, tmp
     plan = Plan(url=router.url, output_dir=tmp_path, label="workloads",
                 protocol=Protocol(max_tokens=64, runs=2, concurrency=(1, 2), prefix_prompt_tokens=1200,
                                   prefix_chars_per_token=1.0,  # the tiny models' vocabulary: one byte, one token
-                                  workloads=("protocol", "categories", "concurrency", "prefix-cache")))
+                                  workloads=("standard", "categories", "concurrency", "prefix-cache")))
     records = load_results(run_plan(plan, lambda m: None).path).aliases
     by_workload: dict[str, list] = {}
     for r in records:
@@ -142,12 +142,12 @@ def test_workloads_on_the_real_router(llama_server_bin, bed, router_factory, tmp
 def test_vllm_stream_and_metrics(tmp_path):
     with FakeVllm(FakeVllmConfig(tokens_per_chunk=3, accepted_per_round=2)) as vllm:
         result = invoke("run", "--engine", "openai", "--url", vllm.url, "--runs", "2", "--max-tokens", "90",
-                        "--output-dir", str(tmp_path), "--workload", "protocol", "--workload", "prefix-cache",
+                        "--output-dir", str(tmp_path), "--workload", "standard", "--workload", "prefix-cache",
                         "--prefix-tokens", "2000")
     assert result.exit_code == 0, result.output
     assert "Decode: " in result.output and "t/s median [min " in result.output  # each alias summed up as it ends
     records = {a["workload"]: a for a in only_results(tmp_path)["aliases"]}
-    proto = records["protocol"]
+    proto = records["standard"]
     assert proto["output_tokens"] == 90  # usage, although only 30 chunks carried tokens
     assert all(run["token_chunks"] == 30 for run in proto["runs"])
     # 90 tokens in rounds of 1 + 2 accepted: 30 rounds x 4 drafted, 60 accepted, per run

@@ -2,7 +2,7 @@ import pytest
 from click.testing import CliRunner
 
 from llm_bench.cli import main
-from llm_bench.gpu import Nvml
+from llm_bench.gpu.nvml import Nvml
 from llm_bench.plan import PlanError, Protocol, load_plan_file, plan_from_mapping, shipped_prompt
 from llm_bench.report import describe_preset, parse_args, preset_facts
 from tests.fake_nvml import FakeGpu, FakeNvml

@@ -15,9 +15,9 @@ import pytest
 from click.testing import CliRunner
 
 from llm_bench.cli import main
-from llm_bench.gpu import Nvml, PowerLimitError
-from llm_bench.power import LimitResult, restore_leftover, state_path, sweep
-from tests.fake_nvml import FakeGpu, FakeNvml, read_state, write_state
+from llm_bench.gpu.nvml import Nvml, PowerLimitError
+from llm_bench.gpu.power import LimitResult, restore_leftover, state_path, sweep
+from tests.fake_nvml import FakeGpu, FakeNvml, read_state, use_in_subprocesses, write_state
 
 REPO = Path(__file__).resolve().parents[1]
 LLM_BENCH = [sys.executable, "-m", "llm_bench"]
@@ -27,7 +27,7 @@ LLM_BENCH = [sys.executable, "-m", "llm_bench"]
 def fake_env(tmp_path, monkeypatch):
     """A file-backed NVML double with two RTX 3090s (run as root) and a private state folder."""
     state = write_state(tmp_path / "nvml.json", FakeNvml(gpus=[FakeGpu(), FakeGpu(power_limit_mw=300000)], root=True))
-    monkeypatch.setenv("LLM_BENCH_FAKE_NVML", str(state))
+    use_in_subprocesses(monkeypatch, state)
     monkeypatch.setenv("LLM_BENCH_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("PYTHONPATH", str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return state

@@ -13,7 +13,7 @@ from llm_bench.results import (
     percentile,
     results_stem,
 )
-from llm_bench.workloads import spec_from_runs
+from llm_bench.workloads.common import spec_from_runs
 
 
 def record() -> AliasRecord:
@@ -52,7 +52,7 @@ def test_round_trip(tmp_path):
     loaded = load_results(writer.path)
     assert loaded.meta["complete"] is True
     assert loaded.aliases[0].runs[1].decode_tps == 30.0
-    assert loaded.aliases[0].draft_acceptance == pytest.approx(0.5)
+    assert loaded.aliases[0].spec.acceptance_rate == pytest.approx(0.5)
 
 
 def test_never_overwrites(tmp_path):

@@ -8,12 +8,12 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-import llm_bench.client as client_module
+import llm_bench.engines.client as client_module
 from llm_bench.cli import main
 from llm_bench.demo import DRAFT_MAX, SYNTH_LEN
-from llm_bench.gpu import Nvml
+from llm_bench.gpu.nvml import Nvml
 from llm_bench.plan import Plan, Protocol
-from llm_bench.protocol import RunAborted, run_plan
+from llm_bench.runner import RunAborted, run_plan
 from llm_bench.results import load_results
 from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.testbed.router import free_port

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from llm_bench.cli import main
-from llm_bench.soak import KINDS, SoakRequest, SoakResult, analyse, trend
+from llm_bench.diagnostics.soak import KINDS, SoakRequest, SoakResult, analyse, trend
 from llm_bench.testbed.router import free_port
 
 
@@ -19,7 +19,7 @@ def soak(*args: str):
 def test_bounded_by_request_count_with_every_kind(router, tmp_path):
     chart = tmp_path / "soak.png"
     result = soak("--url", router.url, "--alias", "tiny-plain", "--duration", "120", "--max-requests", "9",
-                  "--max-tokens", "16", "--concurrency", "2", "--long-tokens", "300",
+                  "--max-tokens", "16", "--burst", "2", "--long-tokens", "300",
                   "--output-dir", str(tmp_path), "--chart", str(chart))
     assert result.exit_code == 0, result.output
     data = tomllib.loads(next(tmp_path.glob("*soak*.toml")).read_text())["soak"]
@@ -45,7 +45,7 @@ def test_failures_are_counted_by_kind(tmp_path, router):
                   "--max-tokens", "8", "--output-dir", str(tmp_path))
     assert result.exit_code == 0
     from llm_bench.engines import open_engine
-    from llm_bench.soak import soak as run_soak
+    from llm_bench.diagnostics.soak import soak as run_soak
 
     engine = open_engine("llama-cpp", dead, timeout=5)
     try:

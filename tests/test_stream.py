@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from llm_bench.client import ServerError, iter_sse_data, measure_stream
+from llm_bench.engines.errors import ServerError
+from llm_bench.engines.stream import iter_sse_data, measure_stream
 
 
 def sse(*events: str) -> list[str]:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import click
 
-from llm_bench.cli_common import log
-from llm_bench.client import ServerError
-from llm_bench.engine_switch import (
+from llm_bench.cli.options import log
+from llm_bench.engines.errors import ServerError
+from llm_bench.plan import PlanError, read_key_file
+from llm_bench.engines.switch import (
     DEFAULT_ROUTER_URL,
     HYPERQWEN_MODEL,
     HYPERQWEN_PROFILE,
@@ -46,12 +47,9 @@ def read_api_key(path: Path | None, env_file: Path | None = None) -> str | None:
     compose env file. It goes into the Authorization header only, never into output."""
     if path is not None:
         try:
-            key = path.read_text().strip().splitlines()
-        except OSError as e:
-            raise click.ClickException(f"cannot read the API key file {path}: {e.strerror}") from e
-        if not key or not key[0].strip():
-            raise click.ClickException(f"the API key file {path} is empty")
-        return key[0].strip()
+            return read_key_file(path)
+        except PlanError as e:
+            raise click.ClickException(str(e)) from e
     if os.environ.get(API_KEY_ENV):
         return os.environ[API_KEY_ENV]
     return key_from_env_file(env_file) if env_file is not None else None
@@ -83,7 +81,7 @@ def switch_options(f):
                      help="Stops the router (--free-gpu service)."),
         click.option("--start-command", default=LLAMA_CPP_START, show_default=True,
                      help="Starts the router again (--free-gpu service)."),
-        click.option("--timeout", "ready_timeout_s", type=float, default=1800.0, show_default=True,
+        click.option("--ready-timeout", "ready_timeout_s", type=float, default=1800.0, show_default=True,
                      help="Seconds to wait for HyperQwen's first completion (first boots compile for minutes)."),
         click.option("--router-timeout", type=float, default=120.0, show_default=True,
                      help="Seconds to wait for the router to answer again."),

@@ -1,63 +1,130 @@
-"""Pieces every llm-bench command shares: progress output and the protocol flags."""
+"""What every llm-bench command shares: progress output, the server options and the protocol flags.
+
+Conventions, the same in every command: a list flag may be repeated and each value may hold several
+items separated by commas (``--concurrency 1,2 --concurrency 4``); units are in the flag's name and
+the same as in a plan file; defaults shown in help texts come from the code's own defaults.
+"""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import click
 
-from llm_bench.plan import PlanError, Protocol, protocol_from_mapping
+from llm_bench.engines import ENGINES, Engine, open_engine
+from llm_bench.plan import DEFAULT_URL, WORKLOADS, ApiKeySource, PlanError, Protocol, protocol_from_mapping
 
-MIB_PER_GIB = 1024.0
+DEFAULTS = Protocol()
 
 
 def log(message: str) -> None:
     click.echo(message, err=True)
 
 
-def protocol_options(f):
-    """Flags shared by every command that measures; None means 'not given, keep the plan's value'."""
-    options = [
-        click.option("--runs", type=int, help="Measured runs per alias (default 3)."),
-        click.option("--max-tokens", type=int, help="Output tokens per request, generated to the end (default 512)."),
-        click.option("--temperature", type=float, help="Sampling temperature (default 1.0)."),
-        click.option("--seed", type=int, help="Sampling seed (default 42)."),
-        click.option("--prompt", "prompt_name", help="Shipped prompt: code (default), prose or json."),
-        click.option("--prompt-file", type=click.Path(dir_okay=False, path_type=Path),
-                     help="Use this file's text as the prompt."),
-        click.option("--unload/--no-unload", "unload_after", default=None,
-                     help="Unload each alias after measuring it (default: unload)."),
-        click.option("--vram-threshold-gib", type=float,
-                     help="VRAM in use before a load above this marks the alias not comparable (default 2)."),
-        click.option("--strict", is_flag=True, default=None, help="Refuse to measure an alias that is not comparable."),
-        click.option("--timeout", "request_timeout_s", type=float, help="Seconds before a request counts as failed."),
-        click.option("--workload", "workloads", multiple=True,
-                     type=click.Choice(["protocol", "categories", "concurrency", "prefix-cache"]),
-                     help="Workload to run per alias; repeat for several (default: protocol)."),
-        click.option("--categories", help="Prompt categories for the categories workload (default prose,code,json)."),
-        click.option("--concurrency", help="Simultaneous requests for the concurrency workload (default 1,2,4,8)."),
-        click.option("--prefix-tokens", "prefix_prompt_tokens", type=int,
-                     help="Approximate prompt tokens for the prefix-cache workload (default 11000)."),
-    ]
+def default_of(name: str) -> str:
+    """A protocol default as a help text shows it."""
+    value = getattr(DEFAULTS, name)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def split_list(values: tuple[str, ...]) -> tuple[str, ...]:
+    """Repeated flags, each possibly comma-separated, as one flat tuple."""
+    return tuple(item.strip() for value in values for item in value.split(",") if item.strip())
+
+
+def _list_callback(_ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    return split_list(value)
+
+
+def list_option(*names: str, **kwargs: Any):
+    """A list flag by the one convention: repeatable, and comma-separated within one value."""
+    return click.option(*names, multiple=True, callback=_list_callback, **kwargs)
+
+
+def apply(f, options):
     for option in reversed(options):
         f = option(f)
     return f
 
 
+def server_options(f):
+    """Where the server is and how to reach it; every command that talks to a server takes these."""
+    return apply(f, [
+        click.option("--url", help=f"Server URL (default {DEFAULT_URL})."),
+        click.option("--engine", type=click.Choice(ENGINES),
+                     help="llama-cpp: a llama.cpp router (default); openai: any OpenAI-compatible server."),
+        click.option("--api-key-file", type=click.Path(dir_okay=False, path_type=Path),
+                     help="Read a Bearer API key from this file's first line (never written to results or logs)."),
+        click.option("--api-key-env", help="Read a Bearer API key from this environment variable."),
+        click.option("--metrics-url", help="Prometheus metrics of an OpenAI engine (default: URL/metrics)."),
+    ])
+
+
+def api_key_source(api_key_file: Path | None, api_key_env: str | None) -> ApiKeySource | None:
+    return ApiKeySource(api_key_file, api_key_env) if (api_key_file or api_key_env) else None
+
+
+def protocol_options(f):
+    """Flags shared by every command that measures; None means 'not given, keep the plan's value'."""
+    return apply(f, [
+        click.option("--runs", type=int, help=f"Measured runs per alias (default {default_of('runs')})."),
+        click.option("--max-tokens", type=int,
+                     help=f"Output tokens per request, generated to the end (default {default_of('max_tokens')})."),
+        click.option("--temperature", type=float, help=f"Sampling temperature (default {default_of('temperature')})."),
+        click.option("--seed", type=int, help=f"Sampling seed (default {default_of('seed')})."),
+        click.option("--prompt", "prompt_name",
+                     help=f"Shipped prompt: code, prose or json (default {default_of('prompt_name')})."),
+        click.option("--prompt-file", type=click.Path(dir_okay=False, path_type=Path),
+                     help="Use this file's text as the prompt."),
+        click.option("--unload/--no-unload", "unload_after", default=None,
+                     help=f"Unload each alias after measuring it (default {default_of('unload_after')})."),
+        click.option("--vram-threshold-mib", type=float,
+                     help="VRAM in use before a load above this marks the alias not comparable "
+                          f"(default {default_of('vram_threshold_mib')})."),
+        click.option("--strict", is_flag=True, default=None, help="Refuse to measure an alias that is not comparable."),
+        click.option("--timeout", "request_timeout_s", type=float,
+                     help=f"Seconds before a request counts as failed (default {default_of('request_timeout_s')})."),
+        list_option("--workload", "workloads",
+                    help=f"Workloads to run per alias: {', '.join(WORKLOADS)} (default {default_of('workloads')})."),
+        list_option("--categories",
+                    help=f"Prompt categories for the categories workload (default {default_of('categories')})."),
+        list_option("--concurrency",
+                    help=f"Simultaneous requests for the concurrency workload (default {default_of('concurrency')})."),
+        click.option("--prefix-tokens", "prefix_prompt_tokens", type=int,
+                     help=f"Approximate prompt tokens for the prefix-cache workload "
+                          f"(default {default_of('prefix_prompt_tokens')})."),
+    ])
+
+
+PROTOCOL_FLAGS = {f.name for f in fields(Protocol)} | {"prompt_file"}
+
+
 def apply_protocol_flags(protocol: Protocol, flags: dict[str, Any]) -> Protocol:
-    given = {k: v for k, v in flags.items() if v is not None and v != ()}
-    if "categories" in given:
-        given["categories"] = tuple(c.strip() for c in given["categories"].split(",") if c.strip())
+    given = {k: v for k, v in flags.items() if k in PROTOCOL_FLAGS and v is not None and v != ()}
     if "concurrency" in given:
         try:
-            given["concurrency"] = tuple(int(n) for n in given["concurrency"].split(","))
+            given["concurrency"] = tuple(int(n) for n in given["concurrency"])
         except ValueError as e:
-            raise PlanError(f"--concurrency takes comma-separated integers, e.g. 1,2,4,8 ({e})") from e
-    if "vram_threshold_gib" in given:
-        given["vram_threshold_mib"] = given.pop("vram_threshold_gib") * MIB_PER_GIB
+            raise PlanError(f"--concurrency takes whole numbers, e.g. 1,2,4,8 ({e})") from e
     prompt_file = given.pop("prompt_file", None)
     protocol = protocol_from_mapping(given, base=protocol, where="command line")
     if prompt_file is not None:
         protocol = protocol_from_mapping({"prompt_file": str(prompt_file)}, base=protocol, where="--prompt-file")
     return protocol
+
+
+def open_server(url: str | None, engine: str | None, api_key_file: Path | None, api_key_env: str | None,
+                metrics_url: str | None, timeout: float = DEFAULTS.request_timeout_s) -> Engine:
+    """The engine the server options name, with its key read; a key that cannot be read is a usage error."""
+    try:
+        key = (api_key_source(api_key_file, api_key_env) or ApiKeySource()).read()
+    except PlanError as e:
+        raise click.ClickException(str(e)) from e
+    return open_engine(engine or "llama-cpp", url or DEFAULT_URL, timeout=timeout, api_key=key,
+                       metrics_url=metrics_url)

@@ -1,253 +1,38 @@
-"""Checks for the traps that silently invalidate benchmark numbers, each with evidence and a fix.
+"""``llm-bench doctor``: gather every piece of evidence a server and this machine offer, and run the checks.
 
-Used by ``llm-bench doctor`` (a one-off check of a server and this machine) and during every
-``llm-bench run`` (``InRunChecks``: findings become warnings on the alias's records).
-
-The server's log is read from a file or the output of a command; under systemd, when
-``llama-cpp.service`` is active and nothing else is given, from its journal. For ``run`` the
-source is given through the environment: ``LLM_BENCH_SERVER_LOG`` (a file) or
-``LLM_BENCH_SERVER_LOG_COMMAND`` (a shell command); ``LLM_BENCH_POWER_FLOOR_W`` and
-``LLM_BENCH_ROOFLINE_MIN`` set the power floor and the roofline fraction.
+The evidence: VRAM and power limits (NVML), the server's log (``server_log.py``), vLLM's command
+line (``/proc`` or given) and ``/metrics``, and one short probe request per model (drafting and the
+memory-bandwidth roofline). Each check is a pure function in ``checks.py``.
 """
 
 from __future__ import annotations
 
-import re
-import shutil
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from llm_bench import roofline
-from llm_bench.client import ChatRequest
+from llm_bench.diagnostics import checks
+from llm_bench.diagnostics.findings import ERROR, INFO, WARNING, Finding
+from llm_bench.diagnostics.server_log import LogSource
 from llm_bench.engines import Engine
-from llm_bench.gpu import Nvml, VramReading
-from llm_bench.metrics import parse_prometheus
-from llm_bench.plan import Checks
+from llm_bench.engines.errors import ServerError
+from llm_bench.engines.stream import ChatRequest
+from llm_bench.gpu import roofline
+from llm_bench.gpu.nvml import Nvml
 from llm_bench.results import AliasRecord
-from llm_bench.workloads import check_acceptance_trap, run_record, spec_from_runs
+from llm_bench.workloads.common import run_record, spec_from_runs
 
 Log = Callable[[str], None]
 
-ERROR = "error"
-WARNING = "warning"
-INFO = "info"
-
-JOURNAL_UNIT = "llama-cpp.service"
-DEFAULT_ROOFLINE_MIN = Checks.roofline_min
-DEFAULT_VRAM_THRESHOLD_MIB = 2048.0
-
-# llama.cpp src/llama-model.cpp: LLAMA_LOG_INFO("%s: offloaded %d/%d layers to GPU\n", ...)
-OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
-# ggml/src/ggml-cuda/fattn.cu: GGML_LOG_WARN("%s: no FlashAttention vector kernel compiled for K/V types
-# %s-%s, converting K and V to f16 instead (slow). Add \"%s-%s\" to GGML_CUDA_FA_QUANTS to compile it.\n")
-FA_FALLBACK = re.compile(r"no FlashAttention vector kernel compiled for K/V types (\S+)-(\S+), converting K and V "
-                         r"to f16 instead")
-# router: "load: spawning server instance with name=ALIAS on port PORT"; instance lines start "[PORT] "
-SPAWN = re.compile(r"spawning server instance with name=(\S+) on port (\d+)")
-INSTANCE_LINE = re.compile(r"^\[(\d+)\] ")
-MODEL_LOADING = re.compile(r"load_model: loading model '([^']+)'")
-
 
 @dataclass(frozen=True)
-class Finding:
-    check: str
-    severity: str
-    evidence: str
-    fix: str
-
-    def text(self) -> str:
-        return f"{self.severity.upper()} [{self.check}] {self.evidence} Fix: {self.fix}"
-
-    def warning(self) -> str:
-        """The form attached to a results record."""
-        return f"DOCTOR {self.check}: {self.evidence} Fix: {self.fix}"
-
-
-# --- where the server's log comes from ---
-
-@dataclass(frozen=True)
-class LogSource:
-    file: Path | None = None
-    command: str | None = None
-
-    def describe(self) -> str:
-        return str(self.file) if self.file else f"`{self.command}`"
-
-    def read(self) -> str:
-        if self.file is not None:
-            return self.file.read_text(errors="replace")
-        result = subprocess.run(self.command, shell=True, capture_output=True, text=True, timeout=60,
-                                errors="replace")
-        return result.stdout
-
-    @classmethod
-    def journal(cls, unit: str = JOURNAL_UNIT) -> LogSource:
-        return cls(command=f"journalctl -u {unit} -b --no-pager -o cat")
-
-
-def journal_available(unit: str = JOURNAL_UNIT) -> bool:
-    if not (shutil.which("journalctl") and shutil.which("systemctl")):
-        return False
-    try:
-        return subprocess.run(["systemctl", "is-active", "--quiet", unit], timeout=10,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-def log_source(file: Path | None, command: str | None) -> LogSource | None:
-    """The given file or command; neither: llama-cpp.service's journal when that unit is active."""
-    if file is not None:
-        return LogSource(file=file)
-    if command:
-        return LogSource(command=command)
-    return LogSource.journal() if journal_available() else None
-
-
-# --- the checks ---
-
-def check_vram(reading: VramReading, threshold_mib: float, loaded: Sequence[str] = ()) -> list[Finding]:
-    if reading.used_mib is None:
-        return [Finding("vram", INFO, f"VRAM in use could not be read ({reading.unavailable}).",
-                        "install the NVIDIA driver and pynvml to let llm-bench check VRAM before loads")]
-    busy = reading.over(threshold_mib)
-    if not busy:
-        return []
-    where = ", ".join(f"GPU{i} {reading.used_mib[i]:.0f} MiB" for i in busy)
-    if loaded:
-        return [Finding("vram", WARNING,
-                        f"VRAM in use above {threshold_mib:.0f} MiB ({where}) while the server has "
-                        f"{', '.join(loaded)} loaded; that model's own memory counts here.",
-                        "unload the server's models (or stop other GPU processes) before measuring a cold load")]
-    return [Finding("vram", ERROR,
-                    f"VRAM in use above {threshold_mib:.0f} MiB before a load ({where}) with no model of the "
-                    "server loaded: another process holds it, and llama.cpp's --fit may then put layers on the CPU.",
-                    "find the process with `nvidia-smi --query-compute-apps=pid,name,used_memory --format=csv` "
-                    "and stop it (a desktop session, another server, a stuck container)")]
-
-
-def instance_lines(log_text: str) -> dict[str, list[str]]:
-    """Log lines per alias: a router's instance lines carry ``[port]``; other lines go under ''."""
-    port_alias: dict[str, str] = {}
-    out: dict[str, list[str]] = {}
-    for line in log_text.splitlines():
-        spawn = SPAWN.search(line)
-        if spawn:
-            port_alias[spawn[2]] = spawn[1]
-        inst = INSTANCE_LINE.match(line)
-        alias = port_alias.get(inst[1], f"port {inst[1]}") if inst else ""
-        out.setdefault(alias, []).append(line)
-    return out
-
-
-def check_offload(log_text: str, gpu_count: int, source: str = "the server log") -> list[Finding]:
-    findings = []
-    saw_load = False
-    for alias, lines in instance_lines(log_text).items():
-        who = f"{alias}: " if alias else ""
-        offloads = [(line, OFFLOADED.search(line)) for line in lines if OFFLOADED.search(line)]
-        saw_load = saw_load or any(MODEL_LOADING.search(line) for line in lines) or bool(offloads)
-        if offloads:
-            line, m = offloads[-1]
-            done, total = int(m[1]), int(m[2])
-            if done < total:
-                findings.append(Finding(
-                    "offload", ERROR,
-                    f"{who}only {done} of {total} layers are on the GPU ({source}: \"{line.strip()}\"); "
-                    "the rest run on the CPU, several times slower.",
-                    "free VRAM (see the vram check), lower --ctx-size or use a smaller KV type, and set "
-                    "--n-gpu-layers 999 (or -ngl all) instead of relying on --fit"))
-        elif gpu_count and any(MODEL_LOADING.search(line) for line in lines):
-            findings.append(Finding(
-                "offload", WARNING,
-                f"{who}the model was loaded but {source} never says \"offloaded N/M layers to GPU\" although "
-                f"NVML sees {gpu_count} GPU(s): this llama-server was probably built without CUDA.",
-                "use a CUDA build of llama.cpp (e.g. the flake's package, or cmake -DGGML_CUDA=ON)"))
-    if not saw_load:
-        return [Finding("offload", INFO, f"{source} shows no model load, so GPU offload could not be checked.",
-                        "load a model (or point --log-file/--log-command at the log of the load) and rerun")]
-    return findings
-
-
-def check_fa_fallback(log_text: str, source: str = "the server log") -> list[Finding]:
-    findings = []
-    seen = set()
-    for alias, lines in instance_lines(log_text).items():
-        for line in lines:
-            m = FA_FALLBACK.search(line)
-            if m and (alias, m[1], m[2]) not in seen:
-                seen.add((alias, m[1], m[2]))
-                who = f"{alias}: " if alias else ""
-                findings.append(Finding(
-                    "flash-attention", ERROR,
-                    f"{who}no FlashAttention kernel is compiled for K/V types {m[1]}-{m[2]}, so llama.cpp converts "
-                    f"K and V to f16 on every step ({source}: \"{line.strip()[:200]}\").",
-                    f"use the same type for K and V (e.g. --cache-type-k {m[1]} --cache-type-v {m[1]}), or rebuild "
-                    f"with GGML_CUDA_FA_QUANTS including \"{m[1]}-{m[2]}\" (or -DGGML_CUDA_FA_ALL_QUANTS=ON)"))
-    return findings
-
-
-def vllm_command_lines(proc: Path = Path("/proc")) -> list[str]:
-    """Command lines of local processes that run vLLM (also those in containers on this host)."""
-    lines = []
-    for entry in proc.glob("[0-9]*/cmdline"):
-        try:
-            argv = entry.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        text = " ".join(a.decode(errors="replace") for a in argv if a)
-        if "vllm" in text and ("serve" in text or "api_server" in text):
-            lines.append(text)
-    return lines
-
-
-def check_enforce_eager(command_lines: Sequence[str] = (), metrics_text: str | None = None) -> list[Finding]:
-    fix = ("remove --enforce-eager (and enforce_eager from any config file) so vLLM captures CUDA graphs and "
-           "compiles the model; if it was a workaround for a bug, check that the bug still exists")
-    for line in command_lines:
-        if re.search(r"(^|\s)--enforce-eager(\s|=true|=True|$)", line):
-            return [Finding("vllm-eager", ERROR, f"vLLM runs with --enforce-eager (command line: {line[:300]}); "
-                            "eager mode decodes several times slower.", fix)]
-    if metrics_text:
-        for sample in parse_prometheus(metrics_text):
-            if sample.labels.get("enforce_eager", "").lower() == "true":
-                return [Finding("vllm-eager", ERROR,
-                                f"vLLM reports enforce_eager=\"{sample.labels['enforce_eager']}\" in {sample.name}.",
-                                fix)]
-    return []
-
-
-def check_power_floor(nvml: Nvml, floor_w: float | None) -> list[Finding]:
-    if not floor_w or not nvml.available:
-        return []
-    findings = []
-    for i in range(nvml.count()):
-        limits = nvml.power_limits(i)
-        if limits is not None and limits.current_w < floor_w:
-            findings.append(Finding(
-                "power-limit", WARNING,
-                f"GPU{i} power limit is {limits.current_w:.0f} W, below the floor of {floor_w:.0f} W"
-                + (f" (default {limits.default_w:.0f} W)" if limits.default_w else "")
-                + "; decode will be slower than this card can do (a leftover power sweep?).",
-                f"raise it: sudo nvidia-smi -i {i} -pl {limits.default_w or floor_w:.0f} "
-                "(or run any llm-bench command to restore limits a killed power sweep left behind)"))
-    return findings
-
-
-def check_roofline(record: AliasRecord, min_fraction: float = DEFAULT_ROOFLINE_MIN) -> list[Finding]:
-    s = record.summary("decode_tps")
-    frac = roofline.fraction(s.median if s else None, record.roofline_tps)
-    if frac is None or frac >= min_fraction:
-        return []
-    return [Finding(
-        "roofline", WARNING,
-        f"{record.configuration}: decode {s.median:.1f} t/s is {frac:.1%} of the memory-bandwidth roofline "
-        f"({record.roofline_tps:.1f} t/s = {record.memory_bandwidth_gbs:.0f} GB/s / "
-        f"{record.model_bytes / 1e9:.2f} GB per token), below {min_fraction:.0%}.",
-        "look for layers on the CPU (offload check), a missing FlashAttention kernel, eager mode, a low power limit, "
-        "or a CPU-bound sampler; a healthy single-stream decode reaches well over half the roofline")]
+class DoctorSettings:
+    aliases: tuple[str, ...] = ()  # models to probe; empty: those already loaded
+    vllm_cmdline: str | None = None  # default: read local processes from /proc
+    vram_threshold_mib: float = 2048.0
+    power_floor_w: float | None = None
+    roofline_min: float = 0.25
+    model_bytes: int | None = None  # bytes read per token for the roofline; default: the model file size
+    max_tokens: int = 64  # tokens per probe request
 
 
 def probe_alias(engine: Engine, alias: str, max_tokens: int = 64, log: Log = lambda m: None) -> AliasRecord:
@@ -273,51 +58,40 @@ def check_acceptance(record: AliasRecord) -> list[Finding]:
             for w in record.warnings[before:]]
 
 
-# --- during every run ---
-
-class InRunChecks:
-    """The doctor's checks around one alias of ``llm-bench run``; findings become record warnings."""
-
-    def __init__(self, nvml: Nvml, log: Log, settings: Checks = Checks()):
-        self.nvml = nvml
-        self.log = log
-        self.source = log_source(settings.log_file, settings.log_command)
-        self.floor_w = settings.power_floor_w
-        self.min_fraction = settings.roofline_min
-        self._mark = 0
-
-    def _read(self) -> str | None:
-        if self.source is None:
-            return None
+def diagnose(engine: Engine, nvml: Nvml, source: LogSource | None, settings: DoctorSettings,
+             log: Log = lambda m: None) -> list[Finding]:
+    """Every check the evidence allows; raises ServerError only when the server cannot be asked at all."""
+    loaded = engine.loaded_models()
+    findings = checks.check_vram(nvml.vram_used(), settings.vram_threshold_mib, loaded)
+    findings += checks.check_power_floor(nvml, settings.power_floor_w)
+    if source is not None:
+        where = f"the server log ({source.describe()})"
         try:
-            return self.source.read()
-        except (OSError, subprocess.SubprocessError) as e:
-            self.log(f"  doctor: could not read the server log from {self.source.describe()}: {e}")
-            return None
-
-    def start(self) -> None:
-        """Before the alias is loaded: remember where its part of the log begins."""
-        text = self._read()
-        self._mark = len(text) if text is not None else 0
-
-    def finish(self, records: list[AliasRecord]) -> list[Finding]:
-        findings: list[Finding] = check_power_floor(self.nvml, self.floor_w)
-        text = self._read()
-        if text is not None:
-            since = text[self._mark:] if len(text) >= self._mark else text  # a rotated log starts over
-            where = f"the server log ({self.source.describe()})"
-            findings += [f for f in check_offload(since, self.nvml.count(), where) if f.severity != INFO]
-            findings += check_fa_fallback(since, where)
-        bandwidth = self.nvml.memory_bandwidth_gbs(0) if self.nvml.available else None
-        for record in records:
-            if bandwidth and record.preset_args:
-                roofline.apply(record, bandwidth)
-            own = check_roofline(record, self.min_fraction)
-            for finding in own:
-                self.log(f"  !!! {finding.text()}")
-            for finding in findings + own:
-                if finding.warning() not in record.warnings:
-                    record.warnings.append(finding.warning())
-        for finding in findings:
-            self.log(f"  !!! {finding.text()}")
-        return findings
+            text = source.read()
+            findings += checks.check_offload(text, nvml.count(), where)
+            findings += checks.check_fa_fallback(text, where)
+        except OSError as e:
+            findings.append(Finding("log", WARNING, f"could not read {where}: {e}", "give --log-file or --log-command"))
+    else:
+        findings.append(Finding("log", INFO, "no server log to read (not under systemd, and no "
+                                "--log-file/--log-command), so GPU offload and FlashAttention kernels "
+                                "were not checked.", "give --log-file FILE or --log-command CMD"))
+    lines = [settings.vllm_cmdline] if settings.vllm_cmdline else checks.vllm_command_lines()
+    findings += checks.check_enforce_eager(lines, engine.metrics_text())
+    bandwidth = nvml.memory_bandwidth_gbs(0)
+    for alias in settings.aliases or tuple(loaded):
+        log(f"probing {alias} with one {settings.max_tokens}-token request ...")
+        try:
+            record = probe_alias(engine, alias, settings.max_tokens)
+        except ServerError as e:
+            findings.append(Finding("probe", ERROR, f"{alias}: the probe request failed: {e}",
+                                    "check the server's log for the failure"))
+            continue
+        findings += checks.check_acceptance(record)
+        if bandwidth:
+            roofline.apply(record, bandwidth, settings.model_bytes)
+            findings += checks.check_roofline(record, settings.roofline_min)
+            if record.roofline_tps:
+                s = record.summary("decode_tps")
+                log(f"  {alias}: {s.median if s else 0:.1f} t/s of a {record.roofline_tps:.1f} t/s roofline")
+    return findings

@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llm_bench.client import ChatRequest, ServerError, ServerUnreachable
+from llm_bench.engines.stream import ChatRequest
+from llm_bench.engines.errors import ServerError, ServerUnreachable
 from llm_bench.engines import Engine
-from llm_bench.gpu import Nvml
+from llm_bench.gpu.nvml import Nvml
 from llm_bench.plan import shipped_prompt
 from llm_bench.results import percentile
-from llm_bench.workloads import long_prompt, run_record
+from llm_bench.workloads.common import long_prompt, run_record
+from llm_bench.support.plotting import figure
 
 Log = Callable[[str], None]
 KINDS = ("prose", "code", "json", "long", "concurrent")
@@ -244,36 +246,28 @@ def markdown(result: SoakResult) -> str:
 
 def draw_soak_chart(result: SoakResult, path: Path, title: str | None = None) -> Path:
     """Decode t/s, TTFT and VRAM over the soak, with the fitted drift lines."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     metrics = [("decode_tps", "decode t/s"), ("ttft_ms", "TTFT ms"), ("vram_mib", "VRAM MiB (all GPUs)")]
-    fig, axes = plt.subplots(len(metrics), 1, figsize=(9, 7), sharex=True)
-    trends = {t.metric: t for t in result.trends}
-    for ax, (metric, label) in zip(axes, metrics):
-        pts = [(r.t_s, getattr(r, metric)) for r in result.requests if getattr(r, metric) is not None]
-        bad = [r.t_s for r in result.requests if not r.ok]
-        if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], ".", color="#2b6cb0", markersize=4)
-        t = trends.get(metric)
-        if t is not None and pts:
-            x0, x1 = pts[0][0], pts[-1][0]
-            slope = t.slope_per_min / 60.0
-            mx = statistics.fmean(p[0] for p in pts)
-            my = statistics.fmean(p[1] for p in pts)
-            ax.plot([x0, x1], [my + slope * (x0 - mx), my + slope * (x1 - mx)], "--", color="#c53030",
-                    label=f"drift {t.slope_per_min:+.2f}/min (R^2 {t.r2:.2f})")
-            ax.legend(loc="upper right", fontsize=8)
-        for x in bad:
-            ax.axvline(x, color="#e53e3e", alpha=0.3, linewidth=1)
-        ax.set_ylabel(label)
-        ax.spines[["top", "right"]].set_visible(False)
-    axes[-1].set_xlabel("seconds since the start of the soak (red lines: failed requests)")
-    fig.suptitle(title or f"Soak: {len(result.requests)} requests, {sum(result.failures.values())} failed")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110 if path.suffix.lower() == ".png" else None)
-    plt.close(fig)
+    with figure(path, dpi=110, nrows=len(metrics), ncols=1, figsize=(9, 7), sharex=True) as (fig, axes):
+        trends = {t.metric: t for t in result.trends}
+        for ax, (metric, label) in zip(axes, metrics):
+            pts = [(r.t_s, getattr(r, metric)) for r in result.requests if getattr(r, metric) is not None]
+            bad = [r.t_s for r in result.requests if not r.ok]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], ".", color="#2b6cb0", markersize=4)
+            t = trends.get(metric)
+            if t is not None and pts:
+                x0, x1 = pts[0][0], pts[-1][0]
+                slope = t.slope_per_min / 60.0
+                mx = statistics.fmean(p[0] for p in pts)
+                my = statistics.fmean(p[1] for p in pts)
+                ax.plot([x0, x1], [my + slope * (x0 - mx), my + slope * (x1 - mx)], "--", color="#c53030",
+                        label=f"drift {t.slope_per_min:+.2f}/min (R^2 {t.r2:.2f})")
+                ax.legend(loc="upper right", fontsize=8)
+            for x in bad:
+                ax.axvline(x, color="#e53e3e", alpha=0.3, linewidth=1)
+            ax.set_ylabel(label)
+            ax.spines[["top", "right"]].set_visible(False)
+        axes[-1].set_xlabel("seconds since the start of the soak (red lines: failed requests)")
+        fig.suptitle(title or f"Soak: {len(result.requests)} requests, {sum(result.failures.values())} failed")
     return path

@@ -24,7 +24,9 @@ from typing import Literal
 
 import httpx
 
-from llm_bench.client import ChatRequest, OpenAIClient, RouterClient, ServerError, StreamMeasurement
+from llm_bench.engines.stream import ChatRequest, StreamMeasurement
+from llm_bench.engines.client import OpenAIClient, RouterClient
+from llm_bench.engines.errors import ServerError
 
 Log = Callable[[str], None]
 FreeMode = Literal["unload", "service", "none"]

@@ -7,6 +7,7 @@ without a GPU. A missing library or driver is "unavailable", never a reading of 
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import time
@@ -15,9 +16,10 @@ from types import ModuleType
 from typing import Any
 
 MIB = 1024 * 1024
-# Test-only: names a JSON state file for the NVML test double (tests/fake_nvml.py), so that a
-# real `llm-bench` subprocess can be driven without a GPU. Never set it on a real machine.
-FAKE_NVML_ENV = "LLM_BENCH_FAKE_NVML"
+# The NVML seam: "package.module:factory" names a zero-argument callable returning an object with
+# pynvml's functions, constants and NVMLError, used instead of pynvml. The tests fill it with their
+# test double to drive a real `llm-bench` process without a GPU; never set it on a real machine.
+NVML_MODULE_ENV = "LLM_BENCH_NVML_MODULE"
 
 
 @dataclass(frozen=True)
@@ -43,16 +45,16 @@ def _text(value: Any) -> str:
 
 
 def default_nvml_module() -> Any:
-    """The real pynvml, or the file-backed test double when the test-only variable is set."""
-    fake = os.environ.get(FAKE_NVML_ENV)
-    if fake:
+    """pynvml, or what the documented seam ``LLM_BENCH_NVML_MODULE`` names."""
+    named = os.environ.get(NVML_MODULE_ENV)
+    if named:
+        module_name, _, factory = named.partition(":")
         try:
-            from tests.fake_nvml import FileBackedFakeNvml  # noqa: PLC0415 - test-only hook
-        except ImportError as e:
-            raise ImportError(f"{FAKE_NVML_ENV} is a test-only hook and needs the repository root on "
-                              f"PYTHONPATH ({e}); unset it to use the real NVML") from e
-        print(f"llm-bench: using the NVML test double ({FAKE_NVML_ENV}={fake})", file=sys.stderr)
-        return FileBackedFakeNvml(fake)
+            made = getattr(importlib.import_module(module_name), factory or "nvml")()
+        except (ImportError, AttributeError) as e:
+            raise ImportError(f"{NVML_MODULE_ENV}={named} cannot be loaded ({e}); unset it to use the real NVML") from e
+        print(f"llm-bench: using the NVML stand-in {named} ({NVML_MODULE_ENV})", file=sys.stderr)
+        return made
     import pynvml  # noqa: PLC0415 - optional at import time for users without NVIDIA
 
     return pynvml

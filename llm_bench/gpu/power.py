@@ -20,7 +20,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from llm_bench.gpu import Nvml, PowerLimitError
+from llm_bench.gpu.nvml import Nvml, PowerLimitError
+from llm_bench.support.plotting import figure
 
 Log = Callable[[str], None]
 STATE_ENV = "LLM_BENCH_STATE_DIR"
@@ -229,39 +230,31 @@ def markdown(results: Sequence[LimitResult]) -> str:
 
 def draw_power_chart(results: Sequence[LimitResult], path: Path, title: str | None = None) -> Path:
     """Decode t/s and tokens per joule against the power limit; temperature written at each point."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     done = [r for r in results if r.decode_tps is not None]
     if not done:
         raise ValueError("no limit has a decode rate to draw")
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    xs = [r.limit_w for r in done]
-    ax.plot(xs, [r.decode_tps for r in done], "o-", color="#2b6cb0", label="decode t/s")
-    ax.set_xlabel("power limit (W)")
-    ax.set_ylabel("decode tokens/s", color="#2b6cb0")
-    ax.set_ylim(0, max(r.decode_tps for r in done) * 1.25)
-    for r in done:
-        if r.max_temperature_c is not None:
-            ax.annotate(f"{r.max_temperature_c:.0f} C", (r.limit_w, r.decode_tps), textcoords="offset points",
-                        xytext=(0, 8), ha="center", fontsize=8, color="#742a2a")
-    eff = [r for r in done if r.tokens_per_joule is not None]
-    if eff:
-        ax2 = ax.twinx()
-        ax2.plot([r.limit_w for r in eff], [r.tokens_per_joule for r in eff], "s--", color="#2f855a",
-                 label="tokens per joule")
-        ax2.set_ylabel("tokens per joule", color="#2f855a")
-        ax2.set_ylim(0, max(r.tokens_per_joule for r in eff) * 1.25)
-        ax2.spines[["top"]].set_visible(False)
-    ax.set_xticks(xs)
-    ax.set_title(title or "Power-limit sweep: decode speed and efficiency (labels: max GPU temperature)")
-    ax.spines[["top"]].set_visible(False)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110 if path.suffix.lower() == ".png" else None)
-    plt.close(fig)
+    with figure(path, dpi=110, figsize=(8, 4.5)) as (fig, ax):
+        xs = [r.limit_w for r in done]
+        ax.plot(xs, [r.decode_tps for r in done], "o-", color="#2b6cb0", label="decode t/s")
+        ax.set_xlabel("power limit (W)")
+        ax.set_ylabel("decode tokens/s", color="#2b6cb0")
+        ax.set_ylim(0, max(r.decode_tps for r in done) * 1.25)
+        for r in done:
+            if r.max_temperature_c is not None:
+                ax.annotate(f"{r.max_temperature_c:.0f} C", (r.limit_w, r.decode_tps), textcoords="offset points",
+                            xytext=(0, 8), ha="center", fontsize=8, color="#742a2a")
+        eff = [r for r in done if r.tokens_per_joule is not None]
+        if eff:
+            ax2 = ax.twinx()
+            ax2.plot([r.limit_w for r in eff], [r.tokens_per_joule for r in eff], "s--", color="#2f855a",
+                     label="tokens per joule")
+            ax2.set_ylabel("tokens per joule", color="#2f855a")
+            ax2.set_ylim(0, max(r.tokens_per_joule for r in eff) * 1.25)
+            ax2.spines[["top"]].set_visible(False)
+        ax.set_xticks(xs)
+        ax.set_title(title or "Power-limit sweep: decode speed and efficiency (labels: max GPU temperature)")
+        ax.spines[["top"]].set_visible(False)
     return path
 
 
@@ -269,9 +262,9 @@ def measurer(engine, request, runs: int, nvml: Nvml, log: Log, interval_s: float
     """Measure ``runs`` streamed requests at the current limit, with telemetry for energy and heat."""
     import statistics
 
-    from llm_bench.client import ServerError
-    from llm_bench.telemetry import TelemetrySampler, summarise
-    from llm_bench.workloads import run_record
+    from llm_bench.engines.errors import ServerError
+    from llm_bench.gpu.telemetry import TelemetrySampler, summarise
+    from llm_bench.workloads.common import run_record
 
     def measure(limit_w: float) -> LimitResult:
         result = LimitResult(limit_w)

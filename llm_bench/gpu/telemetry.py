@@ -23,7 +23,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from llm_bench.gpu import GpuSample, Nvml
+from llm_bench.gpu.nvml import GpuSample, Nvml
+from llm_bench.support.plotting import figure
 
 DEFAULT_INTERVAL_S = 0.5
 COUNTER = "energy counter"
@@ -190,32 +191,24 @@ PANELS = (("vram_mib", "VRAM MiB"), ("power_w", "power W"), ("temp_c", "temperat
 
 def draw_telemetry_chart(series: Sequence[tuple[str, dict[str, Any]]], path: Path, title: str | None = None) -> Path:
     """Time series of VRAM, power, temperature and SM clock; one line per configuration and GPU."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     drawn = [(name, t) for name, t in series if t.get("samples")]
     if not drawn:
         raise ValueError("no record carries telemetry samples (was NVML available during the run?)")
-    fig, axes = plt.subplots(len(PANELS), 1, figsize=(10, 8), sharex=True)
-    for name, telemetry in drawn:
-        gpus = sorted({s["gpu"] for s in telemetry["samples"]})
-        for gpu in gpus:
-            points = [s for s in telemetry["samples"] if s["gpu"] == gpu]
-            label = name if len(gpus) == 1 else f"{name} GPU{gpu}"
-            for ax, (key, _) in zip(axes, PANELS):
-                xy = [(s["t"], s[key]) for s in points if key in s]
-                if xy:
-                    ax.plot([p[0] for p in xy], [p[1] for p in xy], "-", linewidth=1.2, label=label)
-    for ax, (_, label) in zip(axes, PANELS):
-        ax.set_ylabel(label)
-        ax.spines[["top", "right"]].set_visible(False)
-    axes[0].legend(loc="upper left", fontsize=7, ncol=2)
-    axes[-1].set_xlabel("seconds since the start of the measured runs")
-    fig.suptitle(title or "GPU telemetry during the measured runs")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110 if path.suffix.lower() == ".png" else None)
-    plt.close(fig)
+    with figure(path, dpi=110, nrows=len(PANELS), ncols=1, figsize=(10, 8), sharex=True) as (fig, axes):
+        for name, telemetry in drawn:
+            gpus = sorted({s["gpu"] for s in telemetry["samples"]})
+            for gpu in gpus:
+                points = [s for s in telemetry["samples"] if s["gpu"] == gpu]
+                label = name if len(gpus) == 1 else f"{name} GPU{gpu}"
+                for ax, (key, _) in zip(axes, PANELS):
+                    xy = [(s["t"], s[key]) for s in points if key in s]
+                    if xy:
+                        ax.plot([p[0] for p in xy], [p[1] for p in xy], "-", linewidth=1.2, label=label)
+        for ax, (_, label) in zip(axes, PANELS):
+            ax.set_ylabel(label)
+            ax.spines[["top", "right"]].set_visible(False)
+        axes[0].legend(loc="upper left", fontsize=7, ncol=2)
+        axes[-1].set_xlabel("seconds since the start of the measured runs")
+        fig.suptitle(title or "GPU telemetry during the measured runs")
     return path

@@ -96,7 +96,7 @@ def rows_from_sets(sets: Sequence[ResultSet], qualify: bool) -> list[Row]:
 
 def speed_rows(rows: Sequence[Row]) -> list[Row]:
     """The rows the headline table and the chart compare: one stream at a time."""
-    return [r for r in rows if r.record.workload in ("protocol", "category")]
+    return [r for r in rows if r.record.workload in ("standard", "category")]
 
 
 def sort_fastest_first(rows: Sequence[Row]) -> list[Row]:
@@ -111,7 +111,7 @@ def find_baseline(rows: Sequence[Row], baseline: str | None) -> Row | None:
         if baseline == row.configuration:
             return row
     for row in candidates:
-        if baseline == row.record.alias and row.record.workload == "protocol":
+        if baseline == row.record.alias and row.record.workload == "standard":
             return row
     names = ", ".join(r.configuration for r in candidates)
     raise ValueError(f"baseline {baseline!r} is not among the configurations: {names}")
@@ -262,7 +262,7 @@ def summary(rows: Sequence[Row], baseline: Row | None, failures: dict[str, str] 
 
 
 def roofline_text(row: Row) -> str:
-    """The memory-bandwidth bound on decode and the fraction of it reached (llm_bench.roofline)."""
+    """The memory-bandwidth bound on decode and the fraction of it reached (llm_bench.gpu.roofline)."""
     bound = row.record.roofline_tps
     if not bound:
         return "-"

@@ -1,0 +1,33 @@
+"""``llm-bench demo``: the whole protocol on a local CPU router with small models, from nothing."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import click
+
+from llm_bench.cli.options import apply_protocol_flags, log, protocol_options
+from llm_bench.demo import run_demo
+from llm_bench.engines.errors import ServerError
+from llm_bench.plan import PlanError, Protocol
+from llm_bench.runner import RunAborted
+from llm_bench.testbed.llama_server import LlamaServerNotFound
+from llm_bench.testbed.router import RouterStartError
+
+
+@click.command()
+@click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("llm-bench-demo"),
+              show_default=True, help="Folder for the models, results, table and chart.")
+@protocol_options
+def demo(output_dir, **flags) -> None:
+    """Build or find a CPU llama-server, serve tiny models and run the full protocol on them."""
+    try:
+        out = run_demo(output_dir, apply_protocol_flags(Protocol(), flags), log)
+    except (PlanError, RunAborted, ServerError, RouterStartError, LlamaServerNotFound) as e:
+        raise click.ClickException(str(e)) from e
+    except subprocess.CalledProcessError as e:
+        raise click.ClickException(f"building llama-server failed: {e}; the output above says why "
+                                   "(set LLAMA_SERVER=/path/to/llama-server to use an existing one)") from e
+    click.echo(out.table.read_text())
+    log(f"Results: {out.results}\nTable:   {out.table}\nChart:   {out.chart}")

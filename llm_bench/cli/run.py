@@ -1,0 +1,57 @@
+"""``llm-bench run``: measure presets of a router (or models of an OpenAI server) into a new results file."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import click
+
+from llm_bench.cli.options import api_key_source, apply_protocol_flags, list_option, log, protocol_options, server_options
+from llm_bench.engines.errors import ServerError
+from llm_bench.plan import Checks, Plan, PlanError, load_plan_file, plan_from_mapping
+from llm_bench.report import load_rows, markdown_table
+from llm_bench.runner import RunAborted, run_plan
+
+
+@click.command()
+@server_options
+@click.option("--plan", "plan_file", type=click.Path(dir_okay=False, path_type=Path), help="TOML plan file.")
+@list_option("--alias", "aliases", help="Presets to measure (default: every preset the server lists).")
+@click.option("--label", help="Free-form label stored with the results, e.g. the engine or specialisation.")
+@click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), help="Folder for results files.")
+@click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="The server's log, for the in-run checks (default: llama-cpp.service's journal).")
+@click.option("--log-command", help="A command printing the server's log, e.g. 'docker logs hyperqwen'.")
+@click.option("--power-floor-w", type=float, help="Warn when a GPU's power limit is below this many watts.")
+@click.option("--roofline-min", type=float,
+              help="Warn when decode reaches less than this fraction of the memory-bandwidth roofline "
+                   f"(default {Checks.roofline_min:g}).")
+@protocol_options
+def run(url, plan_file, aliases, label, output_dir, engine, api_key_file, api_key_env, metrics_url,
+        log_file, log_command, power_floor_w, roofline_min, **flags) -> None:
+    """Measure presets of a llama.cpp router (or models of an OpenAI server); write a new results file."""
+    try:
+        plan = plan_from_mapping(load_plan_file(plan_file), relative_to=plan_file.parent) if plan_file else Plan()
+        plan = replace(
+            plan,
+            url=url or plan.url,
+            aliases=tuple(aliases) or plan.aliases,
+            label=label if label is not None else plan.label,
+            output_dir=output_dir or plan.output_dir,
+            protocol=apply_protocol_flags(plan.protocol, flags),
+            engine=engine or plan.engine,
+            api_key=api_key_source(api_key_file, api_key_env) or plan.api_key,
+            metrics_url=metrics_url or plan.metrics_url,
+            checks=replace(plan.checks, **{k: v for k, v in (
+                ("log_file", log_file), ("log_command", log_command),
+                ("power_floor_w", power_floor_w), ("roofline_min", roofline_min)) if v is not None}),
+        )
+        writer = run_plan(plan, log)
+    except (PlanError, RunAborted, ServerError) as e:
+        raise click.ClickException(str(e)) from e
+    log(f"Results written to {writer.path}")
+    rows = load_rows([writer.path])
+    click.echo(markdown_table(rows))
+    if any(r.record.errors for r in rows):
+        raise click.ClickException(f"some aliases failed; see the errors column and {writer.path}")

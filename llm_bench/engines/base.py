@@ -1,0 +1,55 @@
+"""What the runner needs of a server, whichever kind it is: the ``Engine`` interface."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from llm_bench.engines.metrics import PrefixCacheCounters, SpecCounters
+from llm_bench.engines.stream import ChatRequest, StreamMeasurement
+
+
+class Engine(Protocol):
+    """A server llm-bench measures. ``kind`` names it in results; ``decode_source`` says where
+    the decode rate comes from (the server's timings or the client's clock)."""
+
+    kind: str
+    decode_source: str
+    base_url: str
+
+    def close(self) -> None: ...
+
+    def models(self) -> list[str]:
+        """The aliases (router presets) or model ids the server serves."""
+        ...
+
+    def loaded_models(self) -> list[str]:
+        """The models that hold memory now."""
+        ...
+
+    def metrics_text(self) -> str | None:
+        """The server's Prometheus metrics, where it has them."""
+        ...
+
+    def make_cold(self, alias: str) -> bool:
+        """Unload the alias if the server can; True when a cold load can then be timed."""
+        ...
+
+    def warm_up(self, request: ChatRequest) -> tuple[StreamMeasurement, list[str]]:
+        """The first request after ``make_cold``, and the load transitions seen during it."""
+        ...
+
+    def stream(self, request: ChatRequest) -> StreamMeasurement: ...
+
+    def describe(self, alias: str) -> tuple[list[str], str | None]:
+        """The preset's server arguments and the server build, where the server reports them."""
+        ...
+
+    def server_build(self) -> str | None: ...
+
+    def spec_counters(self, alias: str) -> SpecCounters | None: ...
+
+    def prefix_counters(self, alias: str) -> PrefixCacheCounters | None: ...
+
+    def release(self, alias: str) -> None:
+        """Give the alias's memory back (unload), where the server can."""
+        ...

@@ -1,0 +1,60 @@
+"""A llama.cpp router: presets are unloaded between aliases, so a cold load is measured; decode
+speed and drafting come from the server's own per-request ``timings``."""
+
+from __future__ import annotations
+
+from llm_bench.engines.client import RouterClient, StatusWatcher
+from llm_bench.engines.metrics import PrefixCacheCounters, SpecCounters
+from llm_bench.engines.stream import ChatRequest, StreamMeasurement
+
+
+class LlamaCppEngine:
+    kind = "llama-cpp"
+    decode_source = "server timings"
+
+    def __init__(self, url: str, timeout: float, api_key: str | None = None, load_timeout: float = 900.0):
+        self.client = RouterClient(url, api_key=api_key, timeout=timeout)
+        self.base_url = self.client.base_url
+        self.load_timeout = load_timeout
+
+    def close(self) -> None:
+        self.client.close()
+
+    def models(self) -> list[str]:
+        return [m.id for m in self.client.models()]
+
+    def loaded_models(self) -> list[str]:
+        return [m.id for m in self.client.models() if m.status != "unloaded"]
+
+    def metrics_text(self) -> str | None:
+        return None  # the router's per-request timings carry what llm-bench reads
+
+    def make_cold(self, alias: str) -> bool:
+        """Unload the alias and wait until the router says so; True: a cold load can be timed."""
+        if self.client.model(alias).status != "unloaded":
+            self.client.unload(alias)
+            self.client.wait_for_status(alias, "unloaded", self.load_timeout)
+        return True
+
+    def warm_up(self, request: ChatRequest) -> tuple[StreamMeasurement, list[str]]:
+        with StatusWatcher(self.base_url, request.model, self.client.http.headers) as watcher:
+            measurement = self.client.stream_chat(request)
+        return measurement, watcher.transitions
+
+    def stream(self, request: ChatRequest) -> StreamMeasurement:
+        return self.client.stream_chat(request)
+
+    def describe(self, alias: str) -> tuple[list[str], str | None]:
+        return list(self.client.model(alias).args), self.client.props(alias).get("build_info")
+
+    def server_build(self) -> str | None:
+        return self.client.props().get("build_info")
+
+    def spec_counters(self, alias: str) -> SpecCounters | None:
+        return None  # per-request timings carry draft_n / draft_n_accepted instead
+
+    def prefix_counters(self, alias: str) -> PrefixCacheCounters | None:
+        return None  # timings.cache_n confirms a hit per request
+
+    def release(self, alias: str) -> None:
+        self.make_cold(alias)

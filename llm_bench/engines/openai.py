@@ -1,0 +1,76 @@
+"""Any OpenAI-compatible server (vLLM, HyperQwen, a LiteLLM proxy, llama-server's ``/v1``).
+
+Nothing can be unloaded; decode speed is measured from the stream and drafting is read from
+Prometheus ``/metrics`` counters where the server has them.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+from llm_bench.engines.client import OpenAIClient
+from llm_bench.engines.metrics import (
+    PrefixCacheCounters,
+    SpecCounters,
+    parse_prometheus,
+    prefix_cache_counters,
+    spec_counters,
+)
+from llm_bench.engines.stream import ChatRequest, StreamMeasurement
+
+
+class OpenAIEngine:
+    kind = "openai"
+    decode_source = "stream"
+
+    def __init__(self, url: str, timeout: float, api_key: str | None = None, metrics_url: str | None = None):
+        self.client = OpenAIClient(url, api_key=api_key, timeout=timeout)
+        self.base_url = self.client.base_url
+        self.metrics_path = metrics_url or "/metrics"
+
+    def close(self) -> None:
+        self.client.close()
+
+    def models(self) -> list[str]:
+        return [m["id"] for m in self.client.get_json("/v1/models").get("data", [])]
+
+    def loaded_models(self) -> list[str]:
+        return self.models()  # an OpenAI server serves only what it has loaded
+
+    def make_cold(self, model: str) -> bool:
+        return False  # an OpenAI server keeps its model loaded: there is no cold load to time
+
+    def warm_up(self, request: ChatRequest) -> tuple[StreamMeasurement, list[str]]:
+        return self.client.stream_chat(request), []
+
+    def stream(self, request: ChatRequest) -> StreamMeasurement:
+        return self.client.stream_chat(request)
+
+    def describe(self, model: str) -> tuple[list[str], str | None]:
+        return [], None
+
+    def server_build(self) -> str | None:
+        return None
+
+    def metrics_text(self) -> str | None:
+        """The Prometheus text at the metrics URL; None where the server has none."""
+        try:
+            response = self.client.http.get(self.metrics_path)
+        except httpx.HTTPError:
+            return None
+        return response.text if response.status_code == 200 else None
+
+    def _metrics(self):
+        text = self.metrics_text()
+        return None if text is None else parse_prometheus(text)
+
+    def spec_counters(self, model: str) -> SpecCounters | None:
+        samples = self._metrics()
+        return None if samples is None else spec_counters(samples, model)
+
+    def prefix_counters(self, model: str) -> PrefixCacheCounters | None:
+        samples = self._metrics()
+        return None if samples is None else prefix_cache_counters(samples, model)
+
+    def release(self, model: str) -> None:
+        pass

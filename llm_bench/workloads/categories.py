@@ -1,0 +1,23 @@
+"""The same measured runs with each shipped prompt category (prose, code, JSON)."""
+
+from __future__ import annotations
+
+from llm_bench.engines import Engine
+from llm_bench.plan import Protocol, shipped_prompt
+from llm_bench.results import AliasRecord
+from llm_bench.workloads.common import Log, chat_request, derive, measured_runs
+
+CATEGORIES = ("prose", "code", "json")
+
+
+def categories(engine: Engine, alias: str, protocol: Protocol, base: AliasRecord, log: Log) -> list[AliasRecord]:
+    records = []
+    for category in protocol.categories:
+        if category not in CATEGORIES:
+            raise ValueError(f"unknown prompt category {category!r}; choose from {', '.join(CATEGORIES)}")
+        log(f"  category {category}:")
+        record = derive(base, workload="category", category=category, cold_load_s=None)
+        request = chat_request(alias, protocol, shipped_prompt(category))
+        measured_runs(engine, request, protocol.runs, record, log, label=f"{category} run")
+        records.append(record)
+    return records

@@ -1,0 +1,138 @@
+"""What every workload shares: turning a streamed answer into a run record, the checks on each run,
+and the measured-runs loop with its hyperfine-style summary."""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+
+from llm_bench.engines import Engine
+from llm_bench.engines.metrics import SpecCounters
+from llm_bench.engines.stream import ChatRequest, StreamMeasurement
+from llm_bench.gpu.telemetry import recording
+from llm_bench.plan import Protocol, shipped_prompt
+from llm_bench.results import AliasRecord, RunRecord
+
+Log = Callable[[str], None]
+
+# Below this acceptance rate a drafting server is rejecting (nearly) every draft token.
+ACCEPTANCE_TRAP_RATE = 0.01
+
+
+def derive(base: AliasRecord, **changes) -> AliasRecord:
+    """A fresh record carrying the base's provenance; nothing mutable is shared."""
+    return replace(copy.deepcopy(base), **changes)
+
+
+def chat_request(alias: str, protocol: Protocol, prompt: str, max_tokens: int | None = None) -> ChatRequest:
+    return ChatRequest(alias, prompt, max_tokens or protocol.max_tokens, protocol.temperature, protocol.seed)
+
+
+def run_record(m: StreamMeasurement, engine_kind: str) -> RunRecord:
+    timings = m.timings or {}
+    server_tps = timings.get("predicted_per_second")
+    return RunRecord(
+        ttft_ms=None if m.ttft_s is None else m.ttft_s * 1000.0,
+        # llama.cpp's router reports its own decode rate; other engines are measured from the stream.
+        decode_tps=server_tps if engine_kind == "llama-cpp" else m.client_decode_tps,
+        server_decode_tps=server_tps,
+        decode_ms=timings.get("predicted_ms"),
+        client_decode_tps=m.client_decode_tps,
+        prompt_tps=timings.get("prompt_per_second"),
+        prompt_tokens=m.prompt_tokens,
+        output_tokens=m.output_tokens,
+        token_chunks=m.token_chunks,
+        finish_reason=m.finish_reason,
+        draft_n=timings.get("draft_n"),
+        draft_n_accepted=timings.get("draft_n_accepted"),
+        wall_s=None if m.done_at is None else m.done_at - m.sent_at,
+        cache_n=m.cached_tokens,
+    )
+
+
+def fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
+
+
+def describe_run(run: RunRecord) -> str:
+    text = (f"{fmt(run.decode_tps)} t/s decode, {fmt(run.client_decode_tps)} t/s client, "
+            f"TTFT {fmt(run.ttft_ms)} ms, {run.output_tokens} tokens")
+    if run.draft_n:
+        text += f", drafted {run.draft_n} accepted {run.draft_n_accepted}"
+    return text
+
+
+def spec_from_runs(runs: list[RunRecord]) -> SpecCounters | None:
+    drafted = sum(r.draft_n or 0 for r in runs)
+    if not drafted:
+        return None
+    return SpecCounters(float(drafted), float(sum(r.draft_n_accepted or 0 for r in runs)))
+
+
+def check_length(record: AliasRecord, run: RunRecord, wanted: int) -> None:
+    if run.finish_reason != "length":
+        record.comparable = False
+        record.not_comparable_reason = (
+            f"a run stopped on {run.finish_reason!r} after {run.output_tokens} tokens instead of generating "
+            f"all {wanted}: the server did not honour ignore_eos"
+        )
+
+
+def check_acceptance_trap(record: AliasRecord, log: Log) -> None:
+    spec = record.spec
+    if spec is None or not spec.draft_tokens or (spec.acceptance_rate or 0.0) >= ACCEPTANCE_TRAP_RATE:
+        return
+    length = spec.mean_acceptance_length
+    message = (
+        f"ACCEPTANCE TRAP: the server drafted {spec.draft_tokens:.0f} tokens and accepted "
+        f"{spec.accepted_tokens:.0f} ({spec.acceptance_rate:.1%}"
+        + (f", mean acceptance length {length:.2f}" if length is not None else "")
+        + "): speculative decoding only costs time here. Known cause: the target runs in a different dtype "
+        "from the one the drafter was trained with (e.g. vLLM --dtype half instead of bfloat16); also check "
+        "that the drafter belongs to this target model."
+    )
+    record.warnings.append(message)
+    log("  !!! " + message)
+
+
+def measured_runs(engine: Engine, request: ChatRequest, runs: int, record: AliasRecord, log: Log,
+                  label: str = "Run") -> None:
+    before = engine.spec_counters(request.model)
+    with recording(record):
+        for i in range(runs):
+            run = run_record(engine.stream(request), engine.kind)
+            record.runs.append(run)
+            log(f"  {label} {i + 1}/{runs}: {describe_run(run)}")
+            check_length(record, run, request.max_tokens)
+    after = engine.spec_counters(request.model)
+    record.spec = after.minus(before) if before and after else spec_from_runs(record.runs)
+    log("  " + describe_summary(record))
+    check_acceptance_trap(record, log)
+
+
+def describe_summary(record: AliasRecord) -> str:
+    """hyperfine-style: the median, then the spread, of what the table will show."""
+    decode, ttft = record.summary("decode_tps"), record.summary("ttft_ms")
+    if decode is None:
+        return "no decode rate measured"
+    text = f"Decode: {decode.median:.1f} t/s median [min {decode.min:.1f}, max {decode.max:.1f}]"
+    if ttft is not None:
+        text += f", TTFT {ttft.median:.0f} ms median [min {ttft.min:.0f}, max {ttft.max:.0f}]"
+    if record.spec is not None and record.spec.acceptance_rate is not None:
+        text += f", draft acceptance {record.spec.acceptance_rate:.1%}"
+    return text
+
+
+def long_prompt(target_tokens: int, chars_per_token: float) -> str:
+    """A long document with a unique first line, so its first sending cannot hit any cache."""
+    base = shipped_prompt("prose")
+    nonce = f"Reference document {uuid.uuid4()}.\n\n"
+    wanted = int(target_tokens * chars_per_token)
+    parts = [nonce]
+    n = 1
+    while sum(map(len, parts)) < wanted:
+        parts.append(f"Section {n}. {base}\n")
+        n += 1
+    return "".join(parts)[:wanted] + "\n\nSummarise the document above in three sentences."

@@ -1,0 +1,56 @@
+"""Several streams of the fixed prompt at once: total throughput and per-request percentiles."""
+
+from __future__ import annotations
+
+from llm_bench.engines import Engine
+from llm_bench.plan import Protocol
+from llm_bench.results import AliasRecord
+from llm_bench.engines.errors import ServerError
+from llm_bench.engines.stream import ChatRequest, StreamMeasurement
+from llm_bench.gpu.telemetry import recording
+from llm_bench.workloads.common import Log, chat_request, check_acceptance_trap, check_length, derive, fmt, run_record, spec_from_runs
+
+
+def _simultaneous(engine: Engine, request: ChatRequest, n: int) -> tuple[list[StreamMeasurement], list[str], float]:
+    results: list[StreamMeasurement | None] = [None] * n
+    errors: list[str] = []
+    start = threading.Barrier(n)
+
+    def worker(i: int) -> None:
+        try:
+            start.wait()
+            results[i] = engine.stream(request)
+        except ServerError as e:
+            errors.append(f"request {i + 1}/{n}: {e}")
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [m for m in results if m is not None], errors, time.perf_counter() - t0
+
+
+def concurrency(engine: Engine, alias: str, protocol: Protocol, base: AliasRecord, log: Log) -> list[AliasRecord]:
+    records = []
+    request = chat_request(alias, protocol, protocol.prompt)
+    for n in protocol.concurrency:
+        record = derive(base, workload="concurrency", concurrency=n, cold_load_s=None)
+        before = engine.spec_counters(alias)
+        with recording(record):
+            measurements, errors, wall = _simultaneous(engine, request, n)
+            record.runs = [run_record(m, engine.kind) for m in measurements]
+        after = engine.spec_counters(alias)
+        record.errors.extend(errors)
+        for run in record.runs:
+            check_length(record, run, request.max_tokens)
+        tokens = sum(r.output_tokens or 0 for r in record.runs)
+        record.total_tps = tokens / wall if wall > 0 and not errors else None
+        record.spec = after.minus(before) if before and after else spec_from_runs(record.runs)
+        log(f"  x{n}: {fmt(record.total_tps)} t/s total, per request median "
+            f"{fmt(record.percentile('decode_tps', 50))} t/s, TTFT p50 {fmt(record.percentile('ttft_ms', 50))} ms"
+            f" p90 {fmt(record.percentile('ttft_ms', 90))} ms" + (f", {len(errors)} failed" if errors else ""))
+        check_acceptance_trap(record, log)
+        records.append(record)
+    return records

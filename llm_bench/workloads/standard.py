@@ -1,0 +1,14 @@
+"""The reference protocol's workload: the fixed prompt, ``runs`` times, one stream at a time."""
+
+from __future__ import annotations
+
+from llm_bench.engines import Engine
+from llm_bench.plan import Protocol
+from llm_bench.results import AliasRecord
+from llm_bench.workloads.common import Log, chat_request, derive, measured_runs
+
+
+def standard(engine: Engine, alias: str, protocol: Protocol, base: AliasRecord, log: Log) -> list[AliasRecord]:
+    record = derive(base, workload="standard")
+    measured_runs(engine, chat_request(alias, protocol, protocol.prompt), protocol.runs, record, log)
+    return [record]
