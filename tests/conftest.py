@@ -10,12 +10,19 @@ import pytest
 from llm_bench.demo import write_demo_bed
 from llm_bench.testbed.llama_server import ensure_llama_server
 from llm_bench.testbed.router import RouterProcess, start_router
+from llm_bench.testbed.smollm2 import ensure_smollm2
 from llm_bench.testbed.tiny_gguf import TinyModelSpec, write_tiny_model
 
 
 @pytest.fixture(scope="session")
 def llama_server_bin() -> Path:
     return ensure_llama_server()
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    """SmolLM2-135M-Instruct Q4_1: a real model, for tests where the answer matters."""
+    return ensure_smollm2()
 
 
 @pytest.fixture(scope="session")
