@@ -13,6 +13,7 @@
 # after 300 s idle, the unit may open the NVIDIA device nodes only (with CUDA).
 {
   config,
+  options,
   lib,
   pkgs,
   ...
@@ -194,6 +195,14 @@ in
         };
       }
     ) (lib.filterAttrs (name: e: e.enable && name != cfg.default) cfg.engines);
+
+    # A package set on the service itself outranks every engine's, so every specialisation
+    # would run it (and the marker would name it), which is rarely what was meant.
+    warnings = lib.optional (options.services.llama-cpp.package.highestPrio < 1000) ''
+      services.llama-cpp.package is set directly, so it replaces llmBench.engines.${cfg.active}.package${
+        lib.optionalString (cfg.active != cfg.default) " in specialisation ${engine.specialisation}"
+      }: every engine runs that package. Set llmBench.engines.<engine>.package instead.
+    '';
 
     assertions = [
       {

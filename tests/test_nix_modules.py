@@ -387,3 +387,16 @@ def test_unsupported_type_is_an_option_type_error_naming_preset_and_key() -> Non
     message = info.value.args[0]
     assert "services.llama-cpp.presets.mypreset.ctx-size" in message, message
     assert "is not of type" in message, message
+
+
+def test_a_package_set_on_the_service_is_warned_about() -> None:
+    """services.llama-cpp.package outranks every engine's package, so each specialisation runs it."""
+    plain = summary(ALL, LLAMAMPERE_SRC)
+    assert plain["warnings"] == [] and all(s["warnings"] == [] for s in plain["specialised"].values())
+    direct = summary(ALL, LLAMAMPERE_SRC, '{ services.llama-cpp.package = (import '
+                     f'{REPO}/tests/nix/stub-pkgs.nix {{ lib = import {nixpkgs_root()}/lib; nixpkgsRoot = {nixpkgs_root()}; }})'
+                     '.llama-cpp.overrideAttrs (old: { pname = "mine"; }); }')
+    assert direct["specialised"]["llm-fa86"]["package"]["pname"] == "mine"
+    assert any("llmBench.engines.fa86.package in specialisation llm-fa86" in w
+               for w in direct["specialised"]["llm-fa86"]["warnings"]), direct["specialised"]["llm-fa86"]["warnings"]
+    assert any("services.llama-cpp.package is set directly" in w for w in direct["warnings"])

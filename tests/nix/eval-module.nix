@@ -94,6 +94,7 @@ let
     in
     {
       failedAssertions = failedAssertions config;
+      warnings = config.warnings;
       options = {
         inherit (cfg) enable host port openFirewall modelsMax sleepIdleSeconds specialisation extraFlags deviceAllow;
         model = if cfg.model == null then null else toString cfg.model;
