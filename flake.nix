@@ -152,7 +152,8 @@
           pkgs.nixfmt
         ];
         shellHook = ''
-          # tests/test_nix_modules.py evaluates the modules with this nixpkgs' lib.
+          # tests/test_nix_*.py render with this nixpkgs' lib and evaluate the modules next to its
+          # own llama-cpp module and recipe.
           export NIXPKGS_LIB=${nixpkgs}
         '';
       };

@@ -285,7 +285,7 @@ def test_engines_can_be_turned_off() -> None:
 
 def test_engine_packages_keep_their_old_option_names() -> None:
     result = summary(ALL, '{ llmBench.packages.llamampere = (import '
-                     f'{REPO}/tests/nix/stub-pkgs.nix {{ lib = import {nixpkgs_root()}/lib; nixpkgsRoot = {nixpkgs_root()}; }})'
+                     f'{REPO}/tests/nix/stand-ins.nix {{ lib = import {nixpkgs_root()}/lib; nixpkgsRoot = {nixpkgs_root()}; }})'
                      '.llama-cpp.overrideAttrs (old: { pname = "my-fork"; }); }')
     assert result["specialised"]["llm-llamampere"]["package"]["pname"] == "my-fork"
 
@@ -394,7 +394,7 @@ def test_a_package_set_on_the_service_is_warned_about() -> None:
     plain = summary(ALL, LLAMAMPERE_SRC)
     assert plain["warnings"] == [] and all(s["warnings"] == [] for s in plain["specialised"].values())
     direct = summary(ALL, LLAMAMPERE_SRC, '{ services.llama-cpp.package = (import '
-                     f'{REPO}/tests/nix/stub-pkgs.nix {{ lib = import {nixpkgs_root()}/lib; nixpkgsRoot = {nixpkgs_root()}; }})'
+                     f'{REPO}/tests/nix/stand-ins.nix {{ lib = import {nixpkgs_root()}/lib; nixpkgsRoot = {nixpkgs_root()}; }})'
                      '.llama-cpp.overrideAttrs (old: { pname = "mine"; }); }')
     assert direct["specialised"]["llm-fa86"]["package"]["pname"] == "mine"
     assert any("llmBench.engines.fa86.package in specialisation llm-fa86" in w

@@ -21,7 +21,7 @@
 let
   lib = import libPath;
   inherit (lib) mkOption types;
-  pkgs = import ./stub-pkgs.nix { inherit lib nixpkgsRoot; };
+  pkgs = import ./stand-ins.nix { inherit lib nixpkgsRoot; };
 
   # nixpkgs' nixos/lib/utils.nix, the one function nixpkgs' llama-cpp module takes from it.
   utils.escapeSystemdExecArgs = (import ../../modules/lib/systemd-args.nix).escapeSystemdArgs;
