@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -37,6 +36,7 @@ from llm_bench.plan import (
     protocol_from_mapping,
 )
 from llm_bench.runner import RunAborted, run_plan
+from llm_bench.support.poll import poll_until
 from llm_bench.results import FORMAT, ResultSet, ResultsWriter, load_results
 
 Log = Callable[[str], None]
@@ -174,12 +174,10 @@ def switch_to(plan: SweepPlan, specialisation: str, log: Log, override: str | No
                     timeout=plan.switch_timeout_s, log=log)
     except SwitchError as e:
         raise SweepError(f"switching to {specialisation} failed: {e}") from e
-    deadline = time.monotonic() + plan.switch_timeout_s
-    while not (_unit_active(plan.unit) and router_answers(plan.url)):
-        if time.monotonic() > deadline:
-            raise SweepError(f"after switching to {specialisation}, {plan.unit or 'the router'} did not answer "
-                             f"on {plan.url} within {plan.switch_timeout_s:.0f} s")
-        time.sleep(1.0)
+    if not poll_until(lambda: (_unit_active(plan.unit) and router_answers(plan.url)) or None,
+                      timeout=plan.switch_timeout_s, interval=1.0):
+        raise SweepError(f"after switching to {specialisation}, {plan.unit or 'the router'} did not answer "
+                         f"on {plan.url} within {plan.switch_timeout_s:.0f} s")
     marker = read_marker(plan.marker)
     if marker.get("specialisation") != specialisation:
         raise SweepError(f"refusing to measure: expected specialisation {specialisation!r} after the switch, but "

@@ -14,6 +14,7 @@ from llm_bench.engines.stream import ChatRequest
 from llm_bench.gpu import power as p
 from llm_bench.gpu.nvml import Nvml, PowerLimitError
 from llm_bench.plan import DEFAULT_URL, PlanError, shipped_prompt
+from llm_bench.workloads.power_limit import measurer
 from llm_bench.results import reserve_path, results_stem, write_toml
 
 
@@ -91,7 +92,7 @@ def power(limits, gpus, url, engine, api_key_file, api_key_env, metrics_url, ali
             server.stream(request)
             meta = run_meta("power", url, nvml) | {"alias": model, "gpus_limited": chosen, "limits_w": watts,
                                                 "runs": runs, "max_tokens": max_tokens, "settle_s": settle_s}
-            results = p.sweep(nvml, chosen, watts, p.measurer(server, request, runs, nvml, log), log,
+            results = p.sweep(nvml, chosen, watts, measurer(server, request, runs, nvml, log), log,
                               settle_s=settle_s)
         except (PowerLimitError, ServerError, PlanError) as e:
             raise click.ClickException(str(e)) from e

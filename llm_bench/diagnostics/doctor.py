@@ -19,7 +19,7 @@ from llm_bench.engines.stream import ChatRequest
 from llm_bench.gpu import roofline
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.results import AliasRecord
-from llm_bench.workloads.common import run_record, spec_from_runs
+from llm_bench.workloads.common import run_record, spec_delta
 
 Log = Callable[[str], None]
 
@@ -43,7 +43,7 @@ def probe_alias(engine: Engine, alias: str, max_tokens: int = 64, log: Log = lam
                                                max_tokens, 1.0, 42)), engine.kind)
     after = engine.spec_counters(alias)
     record.runs.append(run)
-    record.spec = after.minus(before) if before and after else spec_from_runs(record.runs)
+    record.spec = spec_delta(before, after, record.runs)
     record.preset_args, record.server_build = engine.describe(alias)
     return record
 

@@ -26,6 +26,7 @@ import httpx
 
 from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 from llm_bench.engines.client import OpenAIClient, RouterClient
+from llm_bench.support.poll import poll_until
 from llm_bench.engines.errors import ServerError
 
 Log = Callable[[str], None]
@@ -155,11 +156,8 @@ def router_answers(url: str, timeout: float = 5.0) -> bool:
 
 
 def wait_for_router(url: str, timeout: float, poll: float = 0.5) -> None:
-    deadline = time.monotonic() + timeout
-    while not router_answers(url):
-        if time.monotonic() > deadline:
-            raise SwitchError(f"the router at {url} did not answer GET /models within {timeout:.0f} s")
-        time.sleep(poll)
+    if not poll_until(lambda: router_answers(url) or None, timeout=timeout, interval=poll):
+        raise SwitchError(f"the router at {url} did not answer GET /models within {timeout:.0f} s")
 
 
 def free_gpu(router: RouterSide, log: Log = _quiet) -> RouterState:
@@ -222,11 +220,12 @@ def wait_until_serving(engine: EngineSide, log: Log = _quiet,
     the last error the engine gave.
     """
     start = time.monotonic()
-    deadline = start + engine.ready_timeout_s
     last_error = "no answer yet"
     attempts = 0
     with OpenAIClient(engine.url, api_key=engine.api_key, timeout=engine.request_timeout_s) as client:
-        while True:
+
+        def attempt() -> tuple[str, StreamMeasurement] | None:
+            nonlocal attempts, last_error
             attempts += 1
             try:
                 model = engine.model or served_model(client)
@@ -235,24 +234,26 @@ def wait_until_serving(engine: EngineSide, log: Log = _quiet,
                     temperature=0.0, seed=0, ignore_eos=False,
                 ))
                 if probe.token_chunks > 0 or (probe.output_tokens or 0) > 0:
-                    waited = time.monotonic() - start
-                    log(f"{engine.name} served a completion after {waited:.0f} s "
-                        f"({probe.output_tokens} tokens, model {model!r})")
-                    return model, probe, waited
+                    return model, probe
                 last_error = "the completion streamed no token"
             except (ServerError, httpx.HTTPError, ValueError, KeyError, AttributeError, TypeError) as e:
                 last_error = str(e) or type(e).__name__
             if is_alive is not None and not is_alive():
                 raise SwitchError(f"{engine.name} stopped before serving a completion; last error: {last_error}")
-            now = time.monotonic()
-            if now >= deadline:
-                raise SwitchError(
-                    f"{engine.name} at {engine.url} did not serve a completion within "
-                    f"{engine.ready_timeout_s:g} s ({attempts} attempts); last error: {last_error}"
-                )
             if attempts == 1 or attempts % 12 == 0:
-                log(f"waiting for {engine.name} to serve a completion ({now - start:.0f} s): {last_error}")
-            time.sleep(min(engine.poll_s, max(0.0, deadline - now)))
+                log(f"waiting for {engine.name} to serve a completion ({time.monotonic() - start:.0f} s): {last_error}")
+            return None
+
+        served = poll_until(attempt, timeout=engine.ready_timeout_s, interval=engine.poll_s)
+    if served is None:
+        raise SwitchError(
+            f"{engine.name} at {engine.url} did not serve a completion within "
+            f"{engine.ready_timeout_s:g} s ({attempts} attempts); last error: {last_error}"
+        )
+    model, probe = served
+    waited = time.monotonic() - start
+    log(f"{engine.name} served a completion after {waited:.0f} s ({probe.output_tokens} tokens, model {model!r})")
+    return model, probe, waited
 
 
 def bring_up(engine: EngineSide, router: RouterSide, log: Log = _quiet,

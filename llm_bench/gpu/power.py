@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_bench.gpu.nvml import Nvml, PowerLimitError
+from llm_bench.support.numbers import fmt
 from llm_bench.support.plotting import figure
 
 Log = Callable[[str], None]
@@ -199,8 +200,8 @@ def sweep(nvml: Nvml, gpus: Sequence[int], limits_w: Sequence[float], measure: M
                 result = measure(limit)
                 results.append(result)
                 on_result(result)
-                log(f"  {limit:.0f} W: {_fmt(result.decode_tps)} t/s, {_fmt(result.tokens_per_joule, 3)} tokens/J, "
-                    f"{_fmt(result.mean_power_w)} W mean, {_fmt(result.max_temperature_c, 0)} C max")
+                log(f"  {limit:.0f} W: {fmt(result.decode_tps)} t/s, {fmt(result.tokens_per_joule, 3)} tokens/J, "
+                    f"{fmt(result.mean_power_w)} W mean, {fmt(result.max_temperature_c, 0)} C max")
     finally:
         failures = restore(nvml, originals, log)
         if not failures:
@@ -213,17 +214,13 @@ def sweep(nvml: Nvml, gpus: Sequence[int], limits_w: Sequence[float], measure: M
     return results
 
 
-def _fmt(value: float | None, digits: int = 1) -> str:
-    return "n/a" if value is None else f"{value:.{digits}f}"
-
-
 def markdown(results: Sequence[LimitResult]) -> str:
     lines = ["| Limit W | Decode t/s | Tokens/J | J/token | Mean power W | Max temp C | SM MHz | Energy from |",
              "|---|---|---|---|---|---|---|---|"]
     for r in results:
         jpt = None if not r.tokens_per_joule else 1.0 / r.tokens_per_joule
-        lines.append(f"| {r.limit_w:.0f} | {_fmt(r.decode_tps)} | {_fmt(r.tokens_per_joule, 3)} | {_fmt(jpt, 2)} | "
-                     f"{_fmt(r.mean_power_w)} | {_fmt(r.max_temperature_c, 0)} | {_fmt(r.mean_sm_clock_mhz, 0)} | "
+        lines.append(f"| {r.limit_w:.0f} | {fmt(r.decode_tps)} | {fmt(r.tokens_per_joule, 3)} | {fmt(jpt, 2)} | "
+                     f"{fmt(r.mean_power_w)} | {fmt(r.max_temperature_c, 0)} | {fmt(r.mean_sm_clock_mhz, 0)} | "
                      f"{r.energy_source or '-'}" + (f" FAILED: {'; '.join(r.errors)}" if r.errors else "") + " |")
     return "\n".join(lines) + "\n"
 
@@ -256,42 +253,3 @@ def draw_power_chart(results: Sequence[LimitResult], path: Path, title: str | No
         ax.set_title(title or "Power-limit sweep: decode speed and efficiency (labels: max GPU temperature)")
         ax.spines[["top"]].set_visible(False)
     return path
-
-
-def measurer(engine, request, runs: int, nvml: Nvml, log: Log, interval_s: float = 0.5) -> Measure:
-    """Measure ``runs`` streamed requests at the current limit, with telemetry for energy and heat."""
-    import statistics
-
-    from llm_bench.engines.errors import ServerError
-    from llm_bench.gpu.telemetry import TelemetrySampler, summarise
-    from llm_bench.workloads.common import run_record
-
-    def measure(limit_w: float) -> LimitResult:
-        result = LimitResult(limit_w)
-        sampler = TelemetrySampler(nvml, interval_s)
-        with sampler:
-            t0 = sampler.mark()
-            for i in range(runs):
-                try:
-                    run = run_record(engine.stream(request), engine.kind)
-                except ServerError as e:
-                    result.errors.append(str(e))
-                    log(f"  run {i + 1}/{runs} failed: {e}")
-                    continue
-                result.runs.append({k: v for k, v in run.__dict__.items() if v is not None})
-            t1 = sampler.mark(end=True)
-        tokens = sum(r.get("output_tokens", 0) for r in result.runs)
-        rates = [r["decode_tps"] for r in result.runs if r.get("decode_tps") is not None]
-        result.decode_tps = statistics.median(rates) if rates else None
-        result.output_tokens = tokens
-        summary = summarise(sampler.between(t0, t1), tokens, t0, interval_s)
-        result.energy_j = summary.get("energy_j")
-        result.energy_source = summary.get("energy_source")
-        result.tokens_per_joule = summary.get("tokens_per_joule")
-        result.mean_power_w = sum(summary["mean_power_w"]) if summary.get("mean_power_w") else None
-        result.max_temperature_c = max(summary["max_temperature_c"]) if summary.get("max_temperature_c") else None
-        result.mean_sm_clock_mhz = (statistics.mean(summary["mean_sm_clock_mhz"])
-                                    if summary.get("mean_sm_clock_mhz") else None)
-        return result
-
-    return measure

@@ -97,10 +97,6 @@ def sampling(nvml: Nvml, interval_s: float = DEFAULT_INTERVAL_S) -> Iterator[Tel
         _active.reset(token)
 
 
-def active() -> TelemetrySampler | None:
-    return _active.get()
-
-
 @contextmanager
 def recording(record: Any) -> Iterator[None]:
     """Store the telemetry of the block's span on ``record.telemetry`` (when a sampler is active)."""

@@ -6,13 +6,14 @@ import os
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from llm_bench.support.poll import poll_until
 
 
 class RouterStartError(RuntimeError):
@@ -81,8 +82,8 @@ def start_router(
     )
     log_file.close()
     router = RouterProcess(f"http://127.0.0.1:{port}", port, process, log_path)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def answering() -> bool | None:
         if process.poll() is not None:
             raise RouterStartError(
                 f"llama-server exited with code {process.returncode} while starting; its log "
@@ -90,11 +91,12 @@ def start_router(
             )
         try:
             # 401: up, and guarded by --api-key
-            if httpx.get(f"{router.url}/models", timeout=2).status_code in (200, 401):
-                return router
+            return httpx.get(f"{router.url}/models", timeout=2).status_code in (200, 401) or None
         except httpx.TransportError:
-            pass
-        time.sleep(0.2)
+            return None
+
+    if poll_until(answering, timeout=timeout, interval=0.2):
+        return router
     router.stop()
     raise RouterStartError(f"llama-server did not answer on {router.url} within {timeout:.0f} s; see {log_path}")
 

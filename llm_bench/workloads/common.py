@@ -14,6 +14,7 @@ from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 from llm_bench.gpu.telemetry import recording
 from llm_bench.plan import Protocol, shipped_prompt
 from llm_bench.results import AliasRecord, RunRecord
+from llm_bench.support import numbers
 
 Log = Callable[[str], None]
 
@@ -53,7 +54,7 @@ def run_record(m: StreamMeasurement, engine_kind: str) -> RunRecord:
 
 
 def fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1f}"
+    return numbers.fmt(value, missing="n/a")
 
 
 def describe_run(run: RunRecord) -> str:
@@ -62,6 +63,13 @@ def describe_run(run: RunRecord) -> str:
     if run.draft_n:
         text += f", drafted {run.draft_n} accepted {run.draft_n_accepted}"
     return text
+
+
+def spec_delta(before: SpecCounters | None, after: SpecCounters | None,
+               runs: list[RunRecord]) -> SpecCounters | None:
+    """Drafting during the runs: the server's counters grew by this much where it has counters
+    (vLLM's /metrics), else the runs' own timings (llama.cpp)."""
+    return after.minus(before) if before and after else spec_from_runs(runs)
 
 
 def spec_from_runs(runs: list[RunRecord]) -> SpecCounters | None:
@@ -107,7 +115,7 @@ def measured_runs(engine: Engine, request: ChatRequest, runs: int, record: Alias
             log(f"  {label} {i + 1}/{runs}: {describe_run(run)}")
             check_length(record, run, request.max_tokens)
     after = engine.spec_counters(request.model)
-    record.spec = after.minus(before) if before and after else spec_from_runs(record.runs)
+    record.spec = spec_delta(before, after, record.runs)
     log("  " + describe_summary(record))
     check_acceptance_trap(record, log)
 

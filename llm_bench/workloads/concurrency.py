@@ -5,31 +5,17 @@ from __future__ import annotations
 from llm_bench.engines import Engine
 from llm_bench.plan import Protocol
 from llm_bench.results import AliasRecord
-from llm_bench.engines.errors import ServerError
+from llm_bench.support.fanout import fan_out
 from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 from llm_bench.gpu.telemetry import recording
-from llm_bench.workloads.common import Log, chat_request, check_acceptance_trap, check_length, derive, fmt, run_record, spec_from_runs
+from llm_bench.workloads.common import Log, chat_request, check_acceptance_trap, check_length, derive, fmt, run_record, spec_delta
 
 
 def _simultaneous(engine: Engine, request: ChatRequest, n: int) -> tuple[list[StreamMeasurement], list[str], float]:
-    results: list[StreamMeasurement | None] = [None] * n
-    errors: list[str] = []
-    start = threading.Barrier(n)
-
-    def worker(i: int) -> None:
-        try:
-            start.wait()
-            results[i] = engine.stream(request)
-        except ServerError as e:
-            errors.append(f"request {i + 1}/{n}: {e}")
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return [m for m in results if m is not None], errors, time.perf_counter() - t0
+    """n streams released together; every failure is kept against its own request, whatever it raised."""
+    outcomes, wall = fan_out([lambda: engine.stream(request)] * n)
+    errors = [f"request {i + 1}/{n}: {o.error}" for i, o in enumerate(outcomes) if not o.ok]
+    return [o.value for o in outcomes if o.ok], errors, wall
 
 
 def concurrency(engine: Engine, alias: str, protocol: Protocol, base: AliasRecord, log: Log) -> list[AliasRecord]:
@@ -47,7 +33,7 @@ def concurrency(engine: Engine, alias: str, protocol: Protocol, base: AliasRecor
             check_length(record, run, request.max_tokens)
         tokens = sum(r.output_tokens or 0 for r in record.runs)
         record.total_tps = tokens / wall if wall > 0 and not errors else None
-        record.spec = after.minus(before) if before and after else spec_from_runs(record.runs)
+        record.spec = spec_delta(before, after, record.runs)
         log(f"  x{n}: {fmt(record.total_tps)} t/s total, per request median "
             f"{fmt(record.percentile('decode_tps', 50))} t/s, TTFT p50 {fmt(record.percentile('ttft_ms', 50))} ms"
             f" p90 {fmt(record.percentile('ttft_ms', 90))} ms" + (f", {len(errors)} failed" if errors else ""))

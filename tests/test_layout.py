@@ -1,0 +1,115 @@
+"""The package's layout promises: no test code reachable from it, data flowing one way, and
+results files written before the layout change still loading and reporting identically."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from llm_bench.plan import Protocol
+from llm_bench.report import load_rows, markdown_table
+from llm_bench.results import load_results
+
+PACKAGE = Path(__file__).resolve().parents[1] / "llm_bench"
+
+# Which layer may import which: a module never imports from a layer above its own.
+LAYERS = ["support", "testbed", "engines", "results", "plan", "gpu", "workloads", "diagnostics", "runner",
+          "report", "sweep", "demo", "tune", "cli"]
+
+
+def imports_of(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def layer_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "llm_bench" and len(parts) > 1 else None
+
+
+def test_no_module_of_the_package_imports_from_tests() -> None:
+    offenders = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                 if any(m == "tests" or m.startswith("tests.") for m in imports_of(p))]
+    assert offenders == []
+
+
+def test_no_module_reaches_back_up() -> None:
+    upward = []
+    for path in PACKAGE.rglob("*.py"):
+        own = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+        if own not in LAYERS:
+            continue
+        for module in imports_of(path):
+            other = layer_of(module)
+            if other in LAYERS and LAYERS.index(other) > LAYERS.index(own):
+                upward.append(f"{path.relative_to(PACKAGE)} imports {module}")
+    assert upward == []
+
+
+OLD_FILE = '''\
+[meta]
+format = "llm-bench/1"
+llm_bench_version = "0.1.0"
+started_at = "2026-11-29T03:00:00+00:00"
+complete = true
+host = "nixos-3090"
+label = "stock"
+engine = "llama-cpp"
+server_url = "http://127.0.0.1:48123"
+
+[meta.protocol]
+prompt_name = "code"
+max_tokens = 512
+runs = 3
+workloads = ["protocol"]
+
+[[aliases]]
+alias = "qwen-base"
+target = "stock"
+engine = "llama-cpp"
+workload = "protocol"
+comparable = true
+preset_args = ["--ctx-size", "65536"]
+
+[[aliases.runs]]
+decode_tps = 40.0
+ttft_ms = 900.0
+output_tokens = 512
+
+[[aliases.runs]]
+decode_tps = 41.0
+ttft_ms = 910.0
+output_tokens = 512
+
+[[aliases]]
+alias = "qwen-mtp2"
+target = "stock"
+engine = "llama-cpp"
+workload = "protocol"
+comparable = true
+preset_args = ["--ctx-size", "65536", "--spec-type", "draft-mtp", "--spec-draft-n-max", "2"]
+
+[[aliases.runs]]
+decode_tps = 60.0
+ttft_ms = 950.0
+output_tokens = 512
+'''
+
+
+def test_a_results_file_from_before_the_rename_loads_and_reports_as_standard(tmp_path: Path) -> None:
+    path = tmp_path / "old.toml"
+    path.write_text(OLD_FILE)
+    records = load_results(path).aliases
+    assert [r.workload for r in records] == ["standard", "standard"]
+    table = markdown_table(load_rows([path]))
+    assert "qwen-base" in table and "qwen-mtp2" in table and "60.0" in table and "40.5" in table
+
+
+def test_a_plan_or_flag_saying_protocol_means_the_standard_workload() -> None:
+    assert Protocol(workloads=("protocol", "concurrency")).workloads == ("standard", "concurrency")
+    assert Protocol().workloads == ("standard",)

@@ -1,0 +1,80 @@
+"""The shared helpers in llm_bench/support: waiting with a deadline, fanning out, numbers, chart files."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from llm_bench.support.fanout import fan_out
+from llm_bench.support.numbers import fmt
+from llm_bench.support.plotting import ChartError, figure
+from llm_bench.support.poll import poll_until
+
+
+def test_poll_until_returns_the_first_value_that_is_not_none() -> None:
+    answers = iter([None, None, "ready"])
+    assert poll_until(lambda: next(answers), timeout=5, interval=0.001) == "ready"
+
+
+def test_poll_until_gives_none_at_the_deadline_after_trying_at_least_once() -> None:
+    calls = []
+    t0 = time.monotonic()
+    assert poll_until(lambda: calls.append(1), timeout=0.05, interval=0.01) is None
+    assert len(calls) >= 2 and time.monotonic() - t0 < 1.0
+    assert poll_until(lambda: calls.append(1), timeout=0, interval=1) is None and len(calls) >= 3
+
+
+def test_poll_until_stops_early_when_the_check_raises() -> None:
+    def check():
+        raise RuntimeError("the process died")
+
+    with pytest.raises(RuntimeError, match="died"):
+        poll_until(check, timeout=10, interval=1)
+
+
+def test_fan_out_keeps_every_outcome_in_order_whatever_was_raised() -> None:
+    def ok(n):
+        return lambda: n * 10
+
+    def boom():
+        raise ValueError("malformed JSON")
+
+    outcomes, wall = fan_out([ok(1), boom, ok(3), lambda: 1 / 0])
+    assert [o.ok for o in outcomes] == [True, False, True, False]
+    assert outcomes[0].value == 10 and outcomes[2].value == 30
+    assert isinstance(outcomes[1].error, ValueError) and isinstance(outcomes[3].error, ZeroDivisionError)
+    assert wall >= 0
+
+
+def test_fan_out_runs_the_calls_at_the_same_time() -> None:
+    n = 8
+    inside = threading.Barrier(n, timeout=5)  # breaks unless all n calls are running at once
+
+    outcomes, _ = fan_out([lambda: inside.wait() is not None] * n)
+    assert all(o.ok for o in outcomes)
+
+
+def test_fmt_never_writes_a_missing_figure_as_zero() -> None:
+    assert fmt(None) == "-" and fmt(None, missing="n/a") == "n/a"
+    assert fmt(0.0) == "0.0" and fmt(1234.567, 2) == "1234.57" and fmt(2.5, 0) == "2"
+
+
+def test_figure_refuses_other_file_types_and_writes_png_and_svg(tmp_path: Path) -> None:
+    with pytest.raises(ChartError, match=r"\.png or \.svg"):
+        with figure(tmp_path / "chart.jpg"):
+            pass
+    for name in ("chart.png", "nested/chart.svg"):
+        with figure(tmp_path / name, figsize=(2, 2)) as (_fig, ax):
+            ax.plot([0, 1], [0, 1])
+        assert (tmp_path / name).stat().st_size > 0
+    assert (tmp_path / "chart.svg").exists() is False and (tmp_path / "nested" / "chart.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_figure_writes_nothing_when_drawing_fails(tmp_path: Path) -> None:
+    with pytest.raises(KeyError):
+        with figure(tmp_path / "chart.png"):
+            raise KeyError("no data")
+    assert not (tmp_path / "chart.png").exists()
