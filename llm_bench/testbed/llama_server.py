@@ -64,7 +64,7 @@ def find_llama_server() -> Path | None:
     return cached if cached.is_file() else None
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -80,7 +80,7 @@ def _download_sdist(into: Path, log: Callable[[str], None]) -> Path:
         check=True,
     )
     (sdist,) = into.glob("*.tar.gz")
-    if _sha256(sdist) != SDIST_SHA256:
+    if sha256_of(sdist) != SDIST_SHA256:
         raise RuntimeError(f"{sdist.name} does not have the pinned sha256 {SDIST_SHA256}")
     return sdist
 

