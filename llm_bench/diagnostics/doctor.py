@@ -48,16 +48,6 @@ def probe_alias(engine: Engine, alias: str, max_tokens: int = 64, log: Log = lam
     return record
 
 
-def check_acceptance(record: AliasRecord) -> list[Finding]:
-    """The workloads' acceptance-trap check, turned into a finding."""
-    before = len(record.warnings)
-    check_acceptance_trap(record, lambda message: None)
-    return [Finding("acceptance", ERROR, w.removeprefix("ACCEPTANCE TRAP: "),
-                    "serve the target in the dtype its drafter was trained with (bfloat16, not --dtype half), "
-                    "use a drafter made for this model, or turn speculative decoding off")
-            for w in record.warnings[before:]]
-
-
 def diagnose(engine: Engine, nvml: Nvml, source: LogSource | None, settings: DoctorSettings,
              log: Log = lambda m: None) -> list[Finding]:
     """Every check the evidence allows; raises ServerError only when the server cannot be asked at all."""
