@@ -3,7 +3,8 @@
 Pure functions over the per-run values; no I/O. The public API:
 
 - ``verdict(candidate, baseline) -> Verdict(kind, ratio, low, high, confidence)``
-- ``median_interval(values) -> (low, high, confidence)`` and ``relative_precision(values)``
+- ``median_interval(values)`` and ``relative_precision(values)`` (from ``llm_bench.support.stats``, where the
+  runner's precision rule uses them)
 
 The method (see README, "Verdicts"): the Hodges-Lehmann estimate of the ratio candidate/baseline with
 its exact distribution-free (Mann-Whitney) confidence interval, computed on log values so that the
@@ -16,7 +17,6 @@ No random numbers are drawn, so a report is reproducible to the last digit.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -24,13 +24,16 @@ from math import comb
 
 import numpy as np
 
+from llm_bench.support.stats import CONFIDENCE, clean, median_interval, relative_precision
+
+__all__ = ["Verdict", "verdict", "median_interval", "relative_precision", "KINDS"]
+
 FASTER = "faster"
 SLOWER = "slower"
 WITHIN_NOISE = "within noise"
 TOO_FEW_RUNS = "too few runs"
 KINDS = (FASTER, SLOWER, WITHIN_NOISE, TOO_FEW_RUNS)
 
-CONFIDENCE = 0.95
 # Below this achievable coverage (1 run against 1 or 2) an interval says nothing worth reporting.
 MIN_CONFIDENCE = 0.8
 # A measured difference smaller than this is called "within noise" even when the interval excludes 1:
@@ -105,10 +108,6 @@ def _rank_for(n: int, m: int, confidence: float) -> tuple[int, float]:
     return best_k, best_cov
 
 
-def _clean(values: Sequence[float | None]) -> list[float]:
-    return [float(v) for v in values if v is not None and math.isfinite(v) and v > 0]
-
-
 def verdict(candidate: Sequence[float | None], baseline: Sequence[float | None], *,
             confidence: float = CONFIDENCE, min_effect: float = MIN_EFFECT) -> Verdict:
     """Faster, slower or within noise: candidate runs against baseline runs (e.g. decode t/s each).
@@ -117,7 +116,7 @@ def verdict(candidate: Sequence[float | None], baseline: Sequence[float | None],
     "slower" likewise below; "too few runs" when the exact interval cannot reach ``MIN_CONFIDENCE``
     (fewer than 2 runs against 3); otherwise "within noise".
     """
-    cand, base = _clean(candidate), _clean(baseline)
+    cand, base = clean(candidate), clean(baseline)
     n, m = len(cand), len(base)
     if n == 0 or m == 0:
         return Verdict(TOO_FEW_RUNS, None, None, None, None, n, m)
@@ -134,31 +133,3 @@ def verdict(candidate: Sequence[float | None], baseline: Sequence[float | None],
     else:
         kind = WITHIN_NOISE
     return Verdict(kind, ratio, low, high, coverage, n, m)
-
-
-def median_interval(values: Sequence[float | None], confidence: float = CONFIDENCE
-                    ) -> tuple[float, float, float] | None:
-    """The exact distribution-free interval of the median from order statistics, [x_(k), x_(n+1-k)],
-    with its binomial coverage; None when n runs cannot reach ``confidence`` (fewer than 6 at 95 %)."""
-    xs = sorted(_clean(values))
-    n = len(xs)
-    best = None
-    cumulative = 0.0
-    for k in range(1, n // 2 + 1):
-        cumulative += comb(n, k - 1) / 2.0 ** n  # P(Bin(n, 1/2) <= k - 1)
-        coverage = 1.0 - 2.0 * cumulative
-        if coverage < confidence:
-            break
-        best = (xs[k - 1], xs[n - k], coverage)
-    return best
-
-
-def relative_precision(values: Sequence[float | None], confidence: float = CONFIDENCE) -> float | None:
-    """Half the width of the median's confidence interval, relative to the median: 0.02 means the
-    median is known to +-2 % at ``confidence``. None when the runs are too few for the interval."""
-    interval = median_interval(values, confidence)
-    present = _clean(values)
-    if interval is None or not present:
-        return None
-    low, high, _ = interval
-    return (high - low) / 2.0 / float(np.median(present))
