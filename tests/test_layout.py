@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from llm_bench.engines import Engine, LlamaCppEngine, OpenAIEngine
 from llm_bench.plan import Protocol
 from llm_bench.report import load_rows, markdown_table
 from llm_bench.results import load_results
@@ -113,3 +114,11 @@ def test_a_results_file_from_before_the_rename_loads_and_reports_as_standard(tmp
 def test_a_plan_or_flag_saying_protocol_means_the_standard_workload() -> None:
     assert Protocol(workloads=("protocol", "concurrency")).workloads == ("standard", "concurrency")
     assert Protocol().workloads == ("standard",)
+
+
+def test_both_engines_implement_the_engine_interface() -> None:
+    for engine in (LlamaCppEngine("http://127.0.0.1:9", timeout=1), OpenAIEngine("http://127.0.0.1:9", timeout=1)):
+        try:
+            assert isinstance(engine, Engine)
+        finally:
+            engine.close()

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from llm_bench.engines.metrics import PrefixCacheCounters, SpecCounters
 from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 
 
+@runtime_checkable
 class Engine(Protocol):
     """A server llm-bench measures. ``kind`` names it in results; ``decode_source`` says where
     the decode rate comes from (the server's timings or the client's clock)."""
