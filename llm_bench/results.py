@@ -91,6 +91,11 @@ class AliasRecord:
     model_bytes: int | None = None  # roofline: bytes read per token, approximated by the model file size
     memory_bandwidth_gbs: float | None = None  # roofline: the GPU's peak memory bandwidth
     roofline_tps: float | None = None  # bandwidth / model bytes (x mean acceptance length when drafting)
+    # Adaptive run count (protocol.precision): the target, the relative half-width of the median's 95 %
+    # interval reached, and why measuring stopped ("precision" or "max_runs"); absent with fixed runs.
+    precision_target: float | None = None
+    precision_reached: float | None = None
+    stopped_by: str | None = None
 
     @property
     def configuration(self) -> str:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from llm_bench.support.plotting import ChartError, check_chart_path, figure
-from llm_bench.report import Row, sort_fastest_first, speed_rows, speedup
+from llm_bench.report.rows import Row, sort_fastest_first, speed_rows, speedup
 
 def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, title: str | None = None) -> Path:
     check_chart_path(path)

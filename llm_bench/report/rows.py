@@ -1,0 +1,204 @@
+"""Results files merged into rows (one per configuration) and the facts each row shows."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from llm_bench.report.verdict import Verdict, verdict
+from llm_bench.results import AliasRecord, ResultSet, load_results
+
+# Long and short spellings llama-server accepts for the preset facts the table shows.
+ARG_NAMES = {
+    "ctx": ("--ctx-size", "-c"),
+    "cache_k": ("--cache-type-k", "-ctk"),
+    "cache_v": ("--cache-type-v", "-ctv"),
+    "spec_type": ("--spec-type",),
+    "draft_max": ("--spec-draft-n-max",),
+    "model_draft": ("--spec-draft-model", "--model-draft", "-md"),
+}
+
+
+def parse_args(args: Sequence[str]) -> dict[str, str]:
+    """Flag -> value for a llama-server argument list; bare flags map to ''."""
+    parsed: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if token.startswith("-"):
+            value = ""
+            if i + 1 < len(args) and not _is_flag(args[i + 1]):
+                value = args[i + 1]
+                i += 1
+            parsed[token] = value
+        i += 1
+    return parsed
+
+
+def _is_flag(token: str) -> bool:
+    return token.startswith("-") and not token.lstrip("-").replace(".", "", 1).isdigit()
+
+
+def preset_facts(args: Sequence[str]) -> dict[str, str]:
+    parsed = parse_args(args)
+    facts = {}
+    for fact, names in ARG_NAMES.items():
+        for name in names:
+            if name in parsed:
+                facts[fact] = parsed[name]
+                break
+    return facts
+
+
+def kv_types(args: Sequence[str]) -> str:
+    """K/V cache types, llama-server's default f16 where a preset leaves one out."""
+    facts = preset_facts(args)
+    return f"{facts.get('cache_k', 'f16')}/{facts.get('cache_v', 'f16')}"
+
+
+def speculation(args: Sequence[str]) -> str:
+    """The speculative-decoding setting: type and depth, "draft model", or "-" for none."""
+    facts = preset_facts(args)
+    spec = facts.get("spec_type")
+    if spec and spec != "none":
+        return f"{spec}" + (f" n={facts['draft_max']}" if "draft_max" in facts else "")
+    return "draft model" if "model_draft" in facts else "-"
+
+
+def describe_preset(args: Sequence[str]) -> str:
+    facts = preset_facts(args)
+    parts = []
+    if "cache_k" in facts or "cache_v" in facts:
+        parts.append(f"KV {kv_types(args)}")
+    spec = speculation(args)
+    if spec != "-":
+        parts.append(spec if spec == "draft model" else f"spec {spec}")
+    return ", ".join(parts) or "-"
+
+
+@dataclass(frozen=True)
+class Row:
+    configuration: str
+    record: AliasRecord
+    label: str
+    engine: str
+
+    @property
+    def decode_tps(self) -> float | None:
+        s = self.record.summary(self.decode_metric)
+        return None if s is None else s.median
+
+    @property
+    def decode_metric(self) -> str:
+        """The run field the row's decode rate comes from: the engine's, else the stream's."""
+        return "decode_tps" if self.record.summary("decode_tps") else "client_decode_tps"
+
+    def decode_values(self) -> list[float | None]:
+        return [getattr(run, self.decode_metric) for run in self.record.runs]
+
+
+def load_rows(paths: Sequence[Path]) -> list[Row]:
+    return rows_of(load_sets(paths))
+
+
+def load_sets(paths: Sequence[Path]) -> list[ResultSet]:
+    return [load_results(p) for p in paths]
+
+
+def rows_of(sets: Sequence[ResultSet]) -> list[Row]:
+    """Rows of several results files; configurations are named ``label / alias`` when labels differ."""
+    labels = {r.target or s.meta.get("label", "") for s in sets for r in s.aliases}
+    return rows_from_sets(sets, qualify=len(labels) > 1)
+
+
+def rows_from_sets(sets: Sequence[ResultSet], qualify: bool) -> list[Row]:
+    """One row per configuration; a later measurement of the same configuration replaces an earlier one."""
+    rows: dict[str, Row] = {}
+    for result_set in sets:
+        for record in result_set.aliases:
+            label = record.target or result_set.meta.get("label", "")
+            name = f"{label} / {record.configuration}" if qualify and label else record.configuration
+            rows[name] = Row(name, record, label, record.engine or result_set.meta.get("engine", ""))
+    return list(rows.values())
+
+
+def speed_rows(rows: Sequence[Row]) -> list[Row]:
+    """The rows the headline table and the chart compare: one stream at a time."""
+    return [r for r in rows if r.record.workload in ("standard", "category")]
+
+
+def sort_fastest_first(rows: Sequence[Row]) -> list[Row]:
+    return sorted(rows, key=lambda r: (r.decode_tps is None, -(r.decode_tps or 0.0)))
+
+
+def find_baseline(rows: Sequence[Row], baseline: str | None) -> Row | None:
+    if baseline is None:
+        return None
+    candidates = speed_rows(rows)
+    for row in candidates:
+        if baseline == row.configuration:
+            return row
+    for row in candidates:
+        if baseline == row.record.alias and row.record.workload == "standard":
+            return row
+    names = ", ".join(r.configuration for r in candidates)
+    raise ValueError(f"baseline {baseline!r} is not among the configurations: {names}")
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def context_of(record: AliasRecord) -> str:
+    return preset_facts(record.preset_args).get("ctx", "-")
+
+
+def notes_of(record: AliasRecord) -> str:
+    notes = []
+    if record.errors:
+        notes.append("FAILED: " + "; ".join(record.errors))
+    if not record.comparable:
+        notes.append(f"not comparable: {record.not_comparable_reason}")
+    notes.extend(record.warnings)
+    return " ".join(notes).replace("\n", " ")
+
+
+def acceptance_text(record: AliasRecord) -> str:
+    spec = record.spec
+    if spec is None or not spec.draft_tokens:
+        return "-"
+    text = f"{spec.acceptance_rate:.1%}"
+    if spec.mean_acceptance_length is not None:
+        text += f" (len {spec.mean_acceptance_length:.2f})"
+    return text
+
+
+
+
+def speedup(row: Row, baseline: Row) -> float | None:
+    """Ratio of the medians, as the chart's bars show it."""
+    if row.decode_tps is None or not baseline.decode_tps:
+        return None
+    return row.decode_tps / baseline.decode_tps
+
+
+def speedup_text(row: Row, baseline: Row) -> str:
+    value = speedup(row, baseline)
+    return "-" if value is None else f"{value:.2f}x"
+
+
+BASELINE = "baseline"
+NOT_COMPARABLE = "not comparable"
+
+
+def verdict_of(row: Row, baseline: Row, min_effect: float | None = None) -> Verdict:
+    """The row's decode runs against the baseline's (llm_bench.report.verdict); a row that failed or is
+    not comparable keeps its figures but is called so, and the baseline is called the baseline."""
+    kwargs = {} if min_effect is None else {"min_effect": min_effect}
+    v = verdict(row.decode_values(), baseline.decode_values(), **kwargs)
+    if row is baseline or row.configuration == baseline.configuration:
+        return Verdict(BASELINE, 1.0, None, None, None, v.n_candidate, v.n_baseline)
+    if row.record.errors or not row.record.comparable or not baseline.record.comparable:
+        return Verdict(NOT_COMPARABLE, v.ratio, v.low, v.high, v.confidence, v.n_candidate, v.n_baseline)
+    return v

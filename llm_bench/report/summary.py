@@ -1,0 +1,84 @@
+"""The few lines a person wants first: the winner per engine, what is within noise, and what not to trust.
+
+``summary_sections`` gives plain-text sections (untrusted names included as they are); ``summary``
+renders them as Markdown and the HTML report escapes and renders the same sections.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from llm_bench.report.rows import NOT_COMPARABLE, Row, sort_fastest_first, speed_rows, speedup_text, verdict_of
+from llm_bench.report.table import num, verdict_text
+from llm_bench.report.verdict import FASTER, SLOWER, TOO_FEW_RUNS, WITHIN_NOISE
+
+
+@dataclass(frozen=True)
+class Section:
+    heading: str | None
+    items: list[str]
+
+
+def _against(rows: Sequence[Row], baseline: Row, min_effect: float | None) -> dict[str, list[str]]:
+    by_kind: dict[str, list[str]] = {}
+    for row in speed_rows(rows):
+        if row.configuration == baseline.configuration or row.decode_tps is None:
+            continue
+        v = verdict_of(row, baseline, min_effect)
+        ratio = "" if v.ratio is None else f" ({v.ratio:.2f}x)"
+        by_kind.setdefault(v.kind, []).append(row.configuration + ratio)
+    return by_kind
+
+
+def summary_sections(rows: Sequence[Row], baseline: Row | None, failures: dict[str, str] | None = None,
+                     min_effect: float | None = None) -> list[Section]:
+    head: list[str] = []
+    measured = [r for r in speed_rows(rows) if r.decode_tps is not None and not r.record.errors]
+    by_engine: dict[str, Row] = {}
+    for row in sort_fastest_first(measured):
+        by_engine.setdefault(row.engine, row)
+    for engine, row in by_engine.items():
+        versus = ""
+        if baseline is not None and row.configuration != baseline.configuration:
+            v = verdict_of(row, baseline, min_effect)
+            versus = (f", {speedup_text(row, baseline)} the baseline {baseline.configuration}: "
+                      f"{verdict_text(v)}")
+        elif baseline is not None:
+            versus = " (the baseline)"
+        head.append(f"fastest on {engine}: {row.configuration}, {row.decode_tps:.1f} t/s{versus}")
+    if baseline is not None:
+        head.append(f"baseline: {baseline.configuration}, {num(baseline.decode_tps)} t/s")
+    sections = [Section(None, head)]
+    if baseline is not None:
+        kinds = _against(rows, baseline, min_effect)
+        for kind, heading in ((FASTER, "Faster than the baseline"), (SLOWER, "Slower than the baseline"),
+                              (WITHIN_NOISE, "Within noise of the baseline"),
+                              (TOO_FEW_RUNS, "Too few runs to tell")):
+            if kinds.get(kind):
+                sections.append(Section(heading, [", ".join(kinds[kind])]))
+    suspect = [r for r in rows if not r.record.comparable]
+    if suspect:
+        sections.append(Section("Not comparable",
+                                [f"{r.configuration}: {r.record.not_comparable_reason}" for r in suspect]))
+    warned = [f"{r.configuration}: {w}" for r in rows for w in r.record.warnings]
+    if warned:
+        sections.append(Section("Warnings", warned))
+    failed = [f"{r.configuration}: {'; '.join(r.record.errors)}" for r in rows if r.record.errors]
+    failed += [f"target {name}: {message}" for name, message in (failures or {}).items()]
+    if failed:
+        sections.append(Section("Failed", failed))
+    return sections
+
+
+def summary(rows: Sequence[Row], baseline: Row | None, failures: dict[str, str] | None = None,
+            min_effect: float | None = None) -> str:
+    lines = ["## Summary", ""]
+    for section in summary_sections(rows, baseline, failures, min_effect):
+        if section.heading:
+            lines += ["", f"{section.heading}:"]
+        lines += [f"- {item}" for item in section.items]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["Section", "summary", "summary_sections", "NOT_COMPARABLE"]

@@ -1,0 +1,244 @@
+"""The report's tables, declared once as data.
+
+The main table is a list of ``Column(name, cell)``; each cell function gives the text a person reads and
+the raw values behind it (``Cell.values``, named keys). Markdown, the HTML report and the JSON/CSV
+exports all render this one declaration, so they cannot disagree about a figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from llm_bench.report.rows import (
+    BASELINE, Row, acceptance_text, context_of, kv_types, notes_of, sort_fastest_first, speculation,
+    speed_rows, speedup, verdict_of,
+)
+from llm_bench.report.verdict import Verdict
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What cells need beyond their own row: the baseline and each row's verdict against it."""
+
+    baseline: Row | None
+    verdicts: dict[str, Verdict]
+    with_roofline: bool
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    cell: Callable[[Row, Context], Cell]
+    shown: Callable[[Context], bool] = lambda ctx: True
+
+
+@dataclass(frozen=True)
+class Table:
+    """A rendered table: its title (None for the main one), column names and cells, row by row."""
+
+    title: str | None
+    key: str
+    columns: list[str]
+    rows: list[list[Cell]]
+
+    def records(self) -> list[dict[str, Any]]:
+        """One mapping per row: every column's raw values, keyed (the JSON/CSV export)."""
+        return [{k: v for cell in cells for k, v in cell.values.items()} for cells in self.rows]
+
+    def keys(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for cells in self.rows:
+            for cell in cells:
+                seen.update(dict.fromkeys(cell.values))
+        return list(seen)
+
+
+def num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _summary_cell(row: Row, metric: str, key: str, digits: int = 1) -> Cell:
+    s = row.record.summary(metric)
+    value = None if s is None else s.median
+    return Cell(num(value, digits), {key: value})
+
+
+def _decode(row: Row, _ctx: Context) -> Cell:
+    return Cell(num(row.decode_tps), {"decode_tps_median": row.decode_tps, "decode_source": row.record.decode_source})
+
+
+def _spread(row: Row, _ctx: Context) -> Cell:
+    s = row.record.summary(row.decode_metric)
+    if s is None:
+        return Cell("-", {"decode_tps_min": None, "decode_tps_max": None})
+    return Cell(f"{s.min:.1f}-{s.max:.1f}", {"decode_tps_min": s.min, "decode_tps_max": s.max})
+
+
+def _runs(row: Row, _ctx: Context) -> Cell:
+    n = len(row.record.runs)
+    reached = row.record.precision_reached
+    text = str(n) + (f" (±{reached:.1%})" if reached is not None else "")
+    return Cell(text, {"runs": n, "precision_reached": reached})
+
+
+def _versus(row: Row, ctx: Context) -> Cell:
+    value = None if ctx.baseline is None else speedup(row, ctx.baseline)
+    return Cell("-" if value is None else f"{value:.2f}x", {"speedup": value})
+
+
+def verdict_text(v: Verdict | None) -> str:
+    if v is None:
+        return "-"
+    if v.kind == BASELINE:
+        return BASELINE
+    if v.low is None or v.high is None:
+        return v.kind
+    return f"{v.kind} ({v.low:.2f}-{v.high:.2f}x, {v.confidence:.0%})"
+
+
+def _verdict(row: Row, ctx: Context) -> Cell:
+    v = ctx.verdicts.get(row.configuration)
+    values = {"verdict": None, "ratio": None, "ratio_low": None, "ratio_high": None, "confidence": None}
+    if v is not None:
+        values = {"verdict": v.kind, "ratio": v.ratio, "ratio_low": v.low, "ratio_high": v.high,
+                  "confidence": v.confidence}
+    return Cell(verdict_text(v), values)
+
+
+def _roofline(row: Row, _ctx: Context) -> Cell:
+    bound = row.record.roofline_tps
+    if not bound:
+        return Cell("-", {"roofline_tps": None})
+    text = f"{bound:.1f} ({row.decode_tps / bound:.0%})" if row.decode_tps else f"{bound:.1f}"
+    return Cell(text, {"roofline_tps": bound})
+
+
+def _acceptance(row: Row, _ctx: Context) -> Cell:
+    spec = row.record.spec
+    drafted = spec is not None and bool(spec.draft_tokens)
+    return Cell(acceptance_text(row.record), {
+        "draft_acceptance": spec.acceptance_rate if drafted else None,
+        "mean_acceptance_length": spec.mean_acceptance_length if drafted else None,
+    })
+
+
+def _has_baseline(ctx: Context) -> bool:
+    return ctx.baseline is not None
+
+
+MAIN_COLUMNS: list[Column] = [
+    Column("Configuration", lambda row, ctx: Cell(row.configuration, {"configuration": row.configuration})),
+    Column("Engine", lambda row, ctx: Cell(
+        f"{row.engine} ({'server' if row.record.decode_source == 'server timings' else 'stream'})",
+        {"engine": row.engine})),
+    Column("Speculation", lambda row, ctx: Cell(speculation(row.record.preset_args),
+                                                {"speculation": speculation(row.record.preset_args)})),
+    Column("KV", lambda row, ctx: Cell(kv_types(row.record.preset_args) if row.record.preset_args else "-",
+                                       {"kv_types": kv_types(row.record.preset_args)
+                                        if row.record.preset_args else None})),
+    Column("Draft accept", _acceptance),
+    Column("Decode t/s", _decode),
+    Column("min-max", _spread),
+    Column("vs baseline", _versus, _has_baseline),
+    Column("Verdict", _verdict, _has_baseline),
+    Column("Runs", _runs),
+    Column("Client t/s", lambda row, ctx: _summary_cell(row, "client_decode_tps", "client_decode_tps_median")),
+    Column("Roofline t/s (reached)", _roofline, lambda ctx: ctx.with_roofline),
+    Column("TTFT ms", lambda row, ctx: _summary_cell(row, "ttft_ms", "ttft_ms_median", 0)),
+    Column("Cold load s", lambda row, ctx: Cell(num(row.record.cold_load_s, 2), {"cold_load_s": row.record.cold_load_s})),
+    Column("Context", lambda row, ctx: Cell(context_of(row.record), {
+        "context": None if context_of(row.record) == "-" else context_of(row.record)})),
+    Column("Notes", lambda row, ctx: Cell(notes_of(row.record), {
+        "comparable": row.record.comparable, "not_comparable_reason": row.record.not_comparable_reason,
+        "errors": list(row.record.errors), "warnings": list(row.record.warnings)})),
+]
+
+
+def context_for(rows: Sequence[Row], baseline: Row | None, min_effect: float | None = None) -> Context:
+    chosen = speed_rows(rows)
+    verdicts = {} if baseline is None else {r.configuration: verdict_of(r, baseline, min_effect) for r in chosen}
+    return Context(baseline, verdicts, any(r.record.roofline_tps for r in chosen))
+
+
+def main_table(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> Table:
+    """The comparison of one-stream configurations, fastest first."""
+    ctx = context_for(rows, baseline, min_effect)
+    columns = [c for c in MAIN_COLUMNS if c.shown(ctx)]
+    name_of = {"vs baseline": f"vs {baseline.configuration}"} if baseline is not None else {}
+    cells = [[c.cell(row, ctx) for c in columns] for row in sort_fastest_first(speed_rows(rows))]
+    return Table(None, "main", [name_of.get(c.name, c.name) for c in columns], cells)
+
+
+def concurrency_table(rows: Sequence[Row]) -> Table | None:
+    chosen = sorted((r for r in rows if r.record.workload == "concurrency"),
+                    key=lambda r: (r.label, r.record.alias, r.record.concurrency or 0))
+    if not chosen:
+        return None
+    header = ["Configuration", "Concurrent", "Total t/s", "Per-request t/s p50", "TTFT ms p50", "TTFT ms p90",
+              "TTFT ms p99", "Draft accept", "Notes"]
+    lines = []
+    for row in chosen:
+        r = row.record
+        values = [r.total_tps, r.percentile("decode_tps", 50), r.percentile("ttft_ms", 50),
+                  r.percentile("ttft_ms", 90), r.percentile("ttft_ms", 99)]
+        keys = ["total_tps", "decode_tps_p50", "ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p99"]
+        digits = [1, 1, 0, 0, 0]
+        lines.append([Cell(row.configuration, {"configuration": row.configuration}),
+                      Cell(str(r.concurrency), {"concurrency": r.concurrency})]
+                     + [Cell(num(v, d), {k: v}) for v, k, d in zip(values, keys, digits)]
+                     + [_acceptance(row, None), Cell(notes_of(r), {"errors": list(r.errors)})])  # type: ignore[arg-type]
+    return Table("Concurrency", "concurrency", header, lines)
+
+
+def prefix_cache_table(rows: Sequence[Row]) -> Table | None:
+    chosen = [r for r in rows if r.record.workload == "prefix-cache"]
+    if not chosen:
+        return None
+    header = ["Configuration", "Prompt tokens", "TTFT cold ms", "TTFT repeated ms", "Speed-up", "Cache evidence",
+              "Notes"]
+    lines = []
+    for row in chosen:
+        r = row.record
+        cold, warm = r.prefix_cold_ttft_ms, r.prefix_warm_ttft_ms
+        ratio = cold / warm if cold and warm else None
+        prompt = r.runs[0].prompt_tokens if r.runs and r.runs[0].prompt_tokens else None
+        lines.append([Cell(row.configuration, {"configuration": row.configuration}),
+                      Cell("-" if prompt is None else str(prompt), {"prompt_tokens": prompt}),
+                      Cell(num(cold, 0), {"prefix_cold_ttft_ms": cold}),
+                      Cell(num(warm, 0), {"prefix_warm_ttft_ms": warm}),
+                      Cell("-" if ratio is None else f"{ratio:.1f}x", {"prefix_speedup": ratio}),
+                      Cell(r.prefix_evidence or "-", {"prefix_evidence": r.prefix_evidence}),
+                      Cell(notes_of(r), {"errors": list(r.errors)})])
+    return Table("Prefix caching", "prefix_cache", header, lines)
+
+
+def all_tables(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> list[Table]:
+    """The main table (when there is anything to compare), then one per extra workload measured."""
+    main = main_table(rows, baseline, min_effect)
+    tables = [main] if main.rows else []
+    return tables + [t for t in (concurrency_table(rows), prefix_cache_table(rows)) if t is not None]
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(table: Table) -> str:
+    out = ["| " + " | ".join(_md_cell(c) for c in table.columns) + " |",
+           "|" + "|".join("---" for _ in table.columns) + "|"]
+    out.extend("| " + " | ".join(_md_cell(c.text) for c in cells) + " |" for cells in table.rows)
+    text = "\n".join(out) + "\n"
+    return f"### {table.title}\n\n{text}" if table.title else text
+
+
+def markdown_table(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> str:
+    """The report's comparison table, then one table per extra workload that was measured."""
+    return "\n".join(markdown(t) for t in all_tables(rows, baseline, min_effect))
