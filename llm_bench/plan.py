@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass, fields, replace
+import types
+import typing
+from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from llm_bench.engines import ENGINES
 
@@ -24,6 +26,112 @@ LEGACY_WORKLOADS = {"protocol": "standard"}
 
 class PlanError(ValueError):
     pass
+
+
+# Field validation is driven by each dataclass's own type hints, plus an optional range in the
+# field's metadata ({"min": x}, {"above": x}, {"max": x}; for a tuple it applies to each item), so a
+# field added later is checked without anyone writing a check for it.
+
+def _describe(hint: Any) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is bool:
+        return "true or false"
+    if hint is int:
+        return "a whole number"
+    if hint is float:
+        return "a number"
+    if hint is str:
+        return "a string"
+    if hint is Path:
+        return "a path"
+    if hint is type(None):
+        return "absent"
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin in (types.UnionType, typing.Union):
+        return " or ".join(_describe(a) for a in args if a is not type(None))
+    if origin is tuple:
+        plural = {int: "whole numbers", float: "numbers", str: "strings", bool: "true/false values"}
+        return f"a list of {plural.get(args[0], _describe(args[0]) + ' values')}"
+    return f"a {getattr(hint, '__name__', hint)}"
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _coerce(hint: Any, value: Any) -> Any:
+    """``value`` as ``hint`` asks (a TOML int where a float is wanted, a list where a tuple is), or _Mismatch."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return value
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif hint is Path:
+        if isinstance(value, (str, Path)):
+            return Path(value)
+    elif hint is type(None):
+        if value is None:
+            return None
+    elif origin is Literal:
+        if value in args:
+            return value
+    elif origin in (types.UnionType, typing.Union):
+        for arg in args:
+            try:
+                return _coerce(arg, value)
+            except _Mismatch:
+                pass
+    elif origin is tuple:
+        if isinstance(value, (list, tuple)):  # a TOML array, or a tuple given in code
+            return tuple(_coerce(args[0], v) for v in value)
+    elif isinstance(hint, type):
+        if isinstance(value, hint):
+            return value
+    raise _Mismatch
+
+
+def _bounds(meta: Any) -> str:
+    words = {"min": "at least", "above": "above", "max": "at most"}
+    return ", ".join(f"{words[k]} {meta[k]}" for k in words if k in meta)
+
+
+def _out_of_range(value: Any, meta: Any) -> str | None:
+    items = value if isinstance(value, tuple) else (value,)
+    for item in items:
+        if not isinstance(item, (int, float)) or isinstance(item, bool):
+            continue
+        if ("min" in meta and item < meta["min"]) or ("above" in meta and item <= meta["above"]) \
+                or ("max" in meta and item > meta["max"]):
+            return _bounds(meta)
+    return None
+
+
+def check_fields(obj: Any) -> None:
+    """Check (and normalise in place) every field of a frozen dataclass against its type hint and range;
+    the message names the field, the value and what is allowed."""
+    hints = typing.get_type_hints(type(obj))
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        try:
+            normalised = _coerce(hints[f.name], value)
+        except _Mismatch:
+            bounds = _bounds(f.metadata)
+            raise PlanError(f"{f.name} must be {_describe(hints[f.name])}{f' ({bounds})' if bounds else ''}, "
+                            f"not {value!r}") from None
+        allowed = _out_of_range(normalised, f.metadata)
+        if allowed is not None:
+            shown = f"{value!r}" if not isinstance(value, (list, tuple)) else f"{list(value)!r}"
+            each = " (each)" if isinstance(normalised, tuple) else ""
+            raise PlanError(f"{f.name} must be {allowed}{each}, not {shown}")
+        object.__setattr__(obj, f.name, normalised)
 
 
 def shipped_prompt(name: str) -> str:
@@ -39,40 +147,29 @@ def shipped_prompt(name: str) -> str:
 class Protocol:
     prompt_name: str = DEFAULT_PROMPT
     prompt: str = ""
-    max_tokens: int = 512
-    runs: int = 3
-    temperature: float = 1.0
+    # at least 2: decode speed needs a first token and one after it
+    max_tokens: int = field(default=512, metadata={"min": 2})
+    runs: int = field(default=3, metadata={"min": 1})
+    temperature: float = field(default=1.0, metadata={"min": 0.0})
     seed: int = 42
     unload_after: bool = True
-    vram_threshold_mib: float = 2048.0
+    vram_threshold_mib: float = field(default=2048.0, metadata={"min": 0.0})
     strict: bool = False
-    request_timeout_s: float = 600.0
-    load_timeout_s: float = 900.0
+    request_timeout_s: float = field(default=600.0, metadata={"above": 0.0})
+    load_timeout_s: float = field(default=900.0, metadata={"above": 0.0})
     workloads: tuple[str, ...] = ("standard",)
     categories: tuple[str, ...] = ("prose", "code", "json")
-    concurrency: tuple[int, ...] = (1, 2, 4, 8)
-    prefix_prompt_tokens: int = 11000
-    prefix_chars_per_token: float = 4.0
-    prefix_max_tokens: int = 32
+    concurrency: tuple[int, ...] = field(default=(1, 2, 4, 8), metadata={"min": 1})
+    prefix_prompt_tokens: int = field(default=11000, metadata={"min": 1})
+    prefix_chars_per_token: float = field(default=4.0, metadata={"above": 0.0})
+    prefix_max_tokens: int = field(default=32, metadata={"min": 2})
 
     def __post_init__(self) -> None:
-        for name in ("workloads", "categories", "concurrency"):
-            value = getattr(self, name)
-            if isinstance(value, (str, int)):
-                raise PlanError(f"{name} must be a list, not {value!r}")
-            object.__setattr__(self, name, tuple(value))
+        check_fields(self)
         object.__setattr__(self, "workloads", tuple(LEGACY_WORKLOADS.get(w, w) for w in self.workloads))
         unknown = [w for w in self.workloads if w not in WORKLOADS]
         if unknown:
             raise PlanError(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
-        if any(n < 1 for n in self.concurrency):
-            raise PlanError("concurrency levels must be at least 1")
-        if self.max_tokens < 2:
-            raise PlanError(f"max_tokens must be at least 2 to measure decode speed, not {self.max_tokens}")
-        if self.runs < 1:
-            raise PlanError(f"runs must be at least 1, not {self.runs}")
-        if self.vram_threshold_mib < 0:
-            raise PlanError("vram threshold must not be negative")
 
     def with_prompt(self) -> Protocol:
         return self if self.prompt else replace(self, prompt=shipped_prompt(self.prompt_name))
@@ -101,6 +198,9 @@ class ApiKeySource:
     file: Path | None = None
     env: str | None = None
 
+    def __post_init__(self) -> None:
+        check_fields(self)
+
     def read(self) -> str | None:
         if self.file is not None:
             return read_key_file(self.file)
@@ -125,8 +225,12 @@ class Checks:
 
     log_file: Path | None = None  # a file with the server's log
     log_command: str | None = None  # or a command printing it; neither: the journal when it exists
-    power_floor_w: float | None = None  # warn when a GPU's power limit is below this
-    roofline_min: float = 0.25  # warn when decode reaches less than this fraction of the roofline
+    power_floor_w: float | None = field(default=None, metadata={"min": 0.0})  # warn when a GPU's limit is below this
+    # warn when decode reaches less than this fraction of the roofline
+    roofline_min: float = field(default=0.25, metadata={"min": 0.0, "max": 1.0})
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 CHECK_KEYS = {f.name for f in fields(Checks)}
@@ -143,6 +247,9 @@ class Plan:
     api_key: ApiKeySource = ApiKeySource()
     metrics_url: str | None = None  # default: the server's /metrics
     checks: Checks = Checks()
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 PROTOCOL_KEYS = {f.name for f in fields(Protocol)} - {"prompt"}
@@ -163,7 +270,7 @@ def protocol_from_mapping(data: dict[str, Any], base: Protocol = Protocol(), whe
     _check_keys(where, data, PROTOCOL_KEYS)
     try:
         protocol = replace(base, **data)
-    except TypeError as e:
+    except (TypeError, PlanError) as e:
         raise PlanError(f"{where}: {e}") from e
     if prompt_file:
         path = Path(prompt_file)
@@ -190,30 +297,33 @@ def plan_from_mapping(data: dict[str, Any], *, relative_to: Path | None = None,
     _check_keys("plan", data, allowed)
     protocol = protocol_from_mapping(data.get("protocol", {}), relative_to=relative_to)
     aliases = data.get("aliases", ())
-    if isinstance(aliases, str) or not all(isinstance(a, str) for a in aliases):
-        raise PlanError("plan: aliases must be a list of preset names")
-    output_dir = Path(data.get("output_dir", "results"))
-    if relative_to is not None and not output_dir.is_absolute():
-        output_dir = relative_to / output_dir
-    engine = str(data.get("engine", "llama-cpp"))
+    if isinstance(aliases, str) or not isinstance(aliases, (list, tuple)) or not all(isinstance(a, str) for a in aliases):
+        raise PlanError(f"plan: aliases must be a list of preset names, not {aliases!r}")
+    engine = data.get("engine", "llama-cpp")
     if engine not in ENGINES:
         raise PlanError(f"plan: unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
-    key_file = data.get("api_key_file")
-    if key_file is not None and relative_to is not None and not Path(key_file).is_absolute():
-        key_file = relative_to / key_file
     checks_data = dict(data.get("checks", {}))
     _check_keys("[checks]", checks_data, CHECK_KEYS)
-    if checks_data.get("log_file") is not None:
-        log_path = Path(checks_data["log_file"])
-        checks_data["log_file"] = log_path if relative_to is None or log_path.is_absolute() else relative_to / log_path
-    return Plan(
-        checks=Checks(**checks_data),
-        url=str(data.get("url", DEFAULT_URL)),
-        aliases=tuple(aliases),
-        label=str(data.get("label", "")),
-        output_dir=output_dir,
-        protocol=protocol,
-        engine=engine,
-        api_key=ApiKeySource(None if key_file is None else Path(key_file), data.get("api_key_env")),
-        metrics_url=data.get("metrics_url"),
-    )
+    try:
+        checks = Checks(**checks_data)
+    except PlanError as e:
+        raise PlanError(f"[checks]: {e}") from e
+    try:
+        api_key = ApiKeySource(data.get("api_key_file"), data.get("api_key_env"))
+    except PlanError as e:  # its fields are file and env; the plan spells them api_key_file, api_key_env
+        raise PlanError(f"plan: api_key_{e}") from e
+    try:
+        plan = Plan(checks=checks, url=data.get("url", DEFAULT_URL), aliases=tuple(aliases),
+                    label=data.get("label", ""), output_dir=data.get("output_dir", "results"), protocol=protocol,
+                    engine=engine, api_key=api_key, metrics_url=data.get("metrics_url"))
+    except PlanError as e:
+        raise PlanError(f"plan: {e}") from e
+    return replace(plan, output_dir=_relative(plan.output_dir, relative_to),
+                   api_key=replace(api_key, file=None if api_key.file is None else _relative(api_key.file, relative_to)),
+                   checks=replace(checks, log_file=None if checks.log_file is None
+                                  else _relative(checks.log_file, relative_to)))
+
+
+def _relative(path: Path, to: Path | None) -> Path:
+    """A path in a plan file is relative to the plan's folder."""
+    return path if to is None or path.is_absolute() else to / path
