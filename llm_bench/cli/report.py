@@ -8,30 +8,61 @@ import click
 
 from llm_bench.cli.options import log
 from llm_bench.gpu.telemetry import draw_telemetry_chart
-from llm_bench.report import find_baseline, load_rows, markdown_table
+from llm_bench.cli.exits import CouldNotRun
+from llm_bench.report import find_baseline, load_sets, markdown_table, rows_of
+from llm_bench.report.export import to_csv, to_json
+from llm_bench.report.html import write_html
+from llm_bench.report.verdict import MIN_EFFECT
 from llm_bench.report.chart import draw_chart
 from llm_bench.results import ResultsFileError, load_results
 from llm_bench.support.numbers import fmt
 from llm_bench.support.plotting import ChartError
 
 
+def parse_fraction(text: str, flag: str) -> float:
+    """'2%' or '0.02' as 0.02; anything else is a usage error naming the flag."""
+    try:
+        value = float(text[:-1]) / 100.0 if text.strip().endswith("%") else float(text)
+    except ValueError as e:
+        raise click.BadParameter(f"{text!r} is not a fraction; write e.g. 2% or 0.02", param_hint=flag) from e
+    if not 0.0 <= value < 1.0:
+        raise click.BadParameter(f"{text!r} must be between 0 and 100 %", param_hint=flag)
+    return value
+
+
 @click.command()
 @click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--baseline", help="Configuration (alias or 'label / alias') to compare the others with.")
+@click.option("--format", "output_format", type=click.Choice(["markdown", "json", "csv"]), default="markdown",
+              show_default=True, help="What to print on stdout: the Markdown tables, or every column as JSON or CSV.")
 @click.option("--chart", "chart_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also draw the bar chart to this .png or .svg file.")
-@click.option("--title", help="Chart title.")
-def report(results, baseline, chart_path, title) -> None:
-    """Merge results files and print the comparison table (Markdown)."""
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the self-contained HTML report (summary, chart, tables, provenance) to this file.")
+@click.option("--min-effect", default=None,
+              help=f"Smallest difference a verdict calls faster or slower, e.g. 5% (default {MIN_EFFECT:.0%}).")
+@click.option("--title", help="Chart and HTML report title.")
+def report(results, baseline, output_format, chart_path, html_path, min_effect, title) -> None:
+    """Merge results files and print the comparison table (Markdown, JSON or CSV)."""
+    effect = None if min_effect is None else parse_fraction(min_effect, "--min-effect")
     try:
-        rows = load_rows(list(results))
+        sets = load_sets(list(results))
+        rows = rows_of(sets)
         base = find_baseline(rows, baseline)
-        click.echo(markdown_table(rows, base), nl=False)
+        if output_format == "json":
+            click.echo(to_json(rows, base, effect), nl=False)
+        elif output_format == "csv":
+            click.echo(to_csv(rows, base, effect), nl=False)
+        else:
+            click.echo(markdown_table(rows, base, effect), nl=False)
         if chart_path:
-            draw_chart(rows, chart_path, base, title)
+            draw_chart(rows, chart_path, base, title, min_effect=effect)
             log(f"Chart written to {chart_path}")
+        if html_path:
+            write_html(html_path, sets, baseline, title=title, min_effect=effect, rows=rows)
+            log(f"HTML report written to {html_path}")
     except (ResultsFileError, ChartError, ValueError) as e:
-        raise click.ClickException(str(e)) from e
+        raise CouldNotRun(str(e)) from e
 
 
 @click.command()
@@ -63,9 +94,9 @@ def telemetry(results, chart_path, title) -> None:
                              f"{cell('max_temperature_c', 0)} | {cell('joules_per_token', 3)} | "
                              f"{cell('tokens_per_joule', 3)} | {t.get('energy_source', '-')} |")
     except ResultsFileError as e:
-        raise click.ClickException(str(e)) from e
+        raise CouldNotRun(str(e)) from e
     if not series:
-        raise click.ClickException("no record carries telemetry (NVML was not available during those runs)")
+        raise CouldNotRun("no record carries telemetry (NVML was not available during those runs)")
     click.echo("\n".join(lines))
     if chart_path:
         draw_telemetry_chart(series, chart_path, title)

@@ -6,9 +6,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from llm_bench.support.plotting import ChartError, check_chart_path, figure
-from llm_bench.report.rows import Row, sort_fastest_first, speed_rows, speedup
+from llm_bench.report.rows import Row, sort_fastest_first, speed_rows, speedup, verdict_of
+from llm_bench.report.verdict import FASTER, SLOWER, WITHIN_NOISE
 
-def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, title: str | None = None) -> Path:
+def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, title: str | None = None,
+               min_effect: float | None = None) -> Path:
     check_chart_path(path)
     measured = [r for r in sort_fastest_first(speed_rows(rows)) if r.decode_tps is not None]
     if not measured:
@@ -20,6 +22,12 @@ def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, tit
         values = [r.decode_tps for r in measured]
         colours = ["#2b6cb0" if r.record.comparable and not r.record.errors else "#a0aec0" for r in measured]
         bars = ax.barh(positions, values, color=colours, height=0.7)
+        verdicts = {} if baseline is None else {r.configuration: verdict_of(r, baseline, min_effect).kind
+                                                 for r in measured}
+        for bar, r in zip(bars, measured):  # hatched: not distinguishable from the baseline
+            if verdicts.get(r.configuration) == WITHIN_NOISE:
+                bar.set_hatch("///")
+                bar.set_edgecolor("white")
         for r, pos in zip(measured, positions):
             s = r.record.summary("decode_tps")
             if s is not None and s.max > s.min:
@@ -47,6 +55,9 @@ def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, tit
                 ratio = speedup(r, baseline)
                 if ratio is not None:
                     notes.append(f"{ratio:.2f}x")
+                kind = verdicts.get(r.configuration)
+                if kind in (FASTER, SLOWER, WITHIN_NOISE):
+                    notes.append("≈ within noise" if kind == WITHIN_NOISE else kind)
             if not r.record.comparable:
                 notes.append("not comparable")
             if any(w.startswith("ACCEPTANCE TRAP") for w in r.record.warnings):

@@ -26,8 +26,7 @@ def _against(rows: Sequence[Row], baseline: Row, min_effect: float | None) -> di
         if row.configuration == baseline.configuration or row.decode_tps is None:
             continue
         v = verdict_of(row, baseline, min_effect)
-        ratio = "" if v.ratio is None else f" ({v.ratio:.2f}x)"
-        by_kind.setdefault(v.kind, []).append(row.configuration + ratio)
+        by_kind.setdefault(v.kind, []).append(f"{row.configuration} ({speedup_text(row, baseline)})")
     return by_kind
 
 

@@ -220,11 +220,38 @@ def prefix_cache_table(rows: Sequence[Row]) -> Table | None:
     return Table("Prefix caching", "prefix_cache", header, lines)
 
 
+def telemetry_table(rows: Sequence[Row]) -> Table | None:
+    """GPU telemetry and energy of the measured span of each record (llm_bench.gpu.telemetry)."""
+    chosen = [r for r in rows if r.record.telemetry]
+    if not chosen:
+        return None
+    header = ["Configuration", "Peak VRAM MiB", "Mean power W", "Max temp C", "J/token", "Tokens/J", "Energy from"]
+    fields = [("peak_vram_mib", max, 0), ("mean_power_w", sum, 1), ("max_temperature_c", max, 0),
+              ("joules_per_token", None, 3), ("tokens_per_joule", None, 3)]
+    lines = []
+    for row in chosen:
+        t = row.record.telemetry or {}
+        cells = [Cell(row.configuration, {"configuration": row.configuration})]
+        for key, reduce, digits in fields:
+            value = t.get(key)
+            if isinstance(value, list):  # one figure per GPU: the peak, or the sum of power over GPUs
+                value = reduce(value) if value and reduce else None
+            cells.append(Cell(num(value, digits), {key: value}))
+        cells.append(Cell(str(t.get("energy_source", "-")), {"energy_source": t.get("energy_source")}))
+        lines.append(cells)
+    return Table("GPU telemetry and energy", "telemetry", header, lines)
+
+
 def all_tables(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> list[Table]:
     """The main table (when there is anything to compare), then one per extra workload measured."""
     main = main_table(rows, baseline, min_effect)
     tables = [main] if main.rows else []
     return tables + [t for t in (concurrency_table(rows), prefix_cache_table(rows)) if t is not None]
+
+
+def section_tables(rows: Sequence[Row]) -> list[Table]:
+    """The tables after the main one that the HTML report shows: extra workloads and GPU telemetry."""
+    return [t for t in (concurrency_table(rows), prefix_cache_table(rows), telemetry_table(rows)) if t is not None]
 
 
 def _md_cell(text: str) -> str:

@@ -1,0 +1,59 @@
+"""Machine-readable exports of the report's tables: JSON (every table) and CSV (the main table).
+
+Both carry the raw values behind every column of ``table.MAIN_COLUMNS`` (see README, "JSON and CSV
+export"), so a figure in the exports is the one the Markdown and HTML tables show, unrounded.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from llm_bench.report.rows import Row
+from llm_bench.report.table import Table, all_tables, main_table
+from llm_bench.report.verdict import CONFIDENCE, MIN_EFFECT
+
+JSON_FORMAT = "llm-bench-report/1"
+
+
+def report_data(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> dict[str, Any]:
+    tables = all_tables(rows, baseline, min_effect)
+    return {
+        "format": JSON_FORMAT,
+        "baseline": None if baseline is None else baseline.configuration,
+        "verdict_method": {"confidence": CONFIDENCE, "min_effect": MIN_EFFECT if min_effect is None else min_effect},
+        "columns": next((t.columns for t in tables if t.key == "main"), []),
+        **{t.key: t.records() for t in tables},
+    }
+
+
+def to_json(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> str:
+    return json.dumps(report_data(rows, baseline, min_effect), indent=2, ensure_ascii=False) + "\n"
+
+
+def _csv_value(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return "; ".join(str(v) for v in value)
+    if isinstance(value, float):
+        return repr(value)  # shortest text that reads back as the same float
+    return value
+
+
+def table_csv(table: Table) -> str:
+    out = io.StringIO()
+    keys = table.keys()
+    writer = csv.DictWriter(out, fieldnames=keys, lineterminator="\n")
+    writer.writeheader()
+    for record in table.records():
+        writer.writerow({k: _csv_value(record.get(k)) for k in keys})
+    return out.getvalue()
+
+
+def to_csv(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> str:
+    """The main table, one line per configuration, one column per key (empty where there is no figure)."""
+    return table_csv(main_table(rows, baseline, min_effect))
