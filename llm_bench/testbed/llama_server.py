@@ -72,17 +72,37 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _download_sdist(into: Path, log: Callable[[str], None]) -> Path:
+def cached_sdist() -> Path:
+    return cache_dir() / f"{SDIST_PACKAGE}-{SDIST_VERSION}.tar.gz"
+
+
+def ensure_sdist(log: Callable[[str], None] = print) -> Path:
+    """The pinned llama.cpp source tarball, downloaded once and kept beside the build: the tests read
+    llama.cpp's own messages from it."""
+    target = cached_sdist()
+    if target.is_file():
+        return target
     log(f"downloading the {SDIST_PACKAGE}=={SDIST_VERSION} sdist (llama.cpp source) with pip")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-         "--no-binary", SDIST_PACKAGE, f"{SDIST_PACKAGE}=={SDIST_VERSION}", "-d", str(into)],
-        check=True,
-    )
-    (sdist,) = into.glob("*.tar.gz")
-    if sha256_of(sdist) != SDIST_SHA256:
-        raise RuntimeError(f"{sdist.name} does not have the pinned sha256 {SDIST_SHA256}")
-    return sdist
+    with tempfile.TemporaryDirectory(prefix="llm-bench-sdist-") as tmp:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+             "--no-binary", SDIST_PACKAGE, f"{SDIST_PACKAGE}=={SDIST_VERSION}", "-d", tmp],
+            check=True,
+        )
+        (sdist,) = Path(tmp).glob("*.tar.gz")
+        if sha256_of(sdist) != SDIST_SHA256:
+            raise RuntimeError(f"{sdist.name} does not have the pinned sha256 {SDIST_SHA256}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(sdist, target.with_suffix(".partial"))
+        target.with_suffix(".partial").replace(target)
+    return target
+
+
+def read_source_file(relative: str, log: Callable[[str], None] = print) -> str:
+    """One file of the pinned llama.cpp tree (e.g. ``ggml/src/ggml-cuda/fattn.cu``), read from the sdist."""
+    with tarfile.open(ensure_sdist(log)) as tar:
+        (member,) = [m for m in tar.getmembers() if m.name.endswith("/llama.cpp/" + relative)]
+        return tar.extractfile(member).read().decode()
 
 
 def build_llama_server(log: Callable[[str], None] = print, jobs: int | None = None) -> Path:
@@ -90,8 +110,7 @@ def build_llama_server(log: Callable[[str], None] = print, jobs: int | None = No
     target = cached_binary()
     with tempfile.TemporaryDirectory(prefix="llm-bench-llama-build-") as tmp:
         work = Path(tmp)
-        sdist = _download_sdist(work, log)
-        with tarfile.open(sdist) as tar:
+        with tarfile.open(ensure_sdist(log)) as tar:
             tar.extractall(work, filter="data")
         (source,) = work.glob("*/llama.cpp")
         build = work / "build"
