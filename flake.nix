@@ -146,7 +146,7 @@
       devShells.${system}.default = pkgs.mkShell {
         packages = [
           (pkgs.python3.withPackages (ps: with ps; [
-            httpx click nvidia-ml-py tomli-w matplotlib gguf pytest pyyaml
+            httpx httpx-sse click nvidia-ml-py tomli-w matplotlib gguf pytest pyyaml
           ]))
           pkgs.nix
           pkgs.nixfmt

@@ -163,6 +163,9 @@ class Protocol:
     prefix_prompt_tokens: int = field(default=11000, metadata={"min": 1})
     prefix_chars_per_token: float = field(default=4.0, metadata={"above": 0.0})
     prefix_max_tokens: int = field(default=32, metadata={"min": 2})
+    # False: every measured request processes its whole prompt (TTFT and prompt t/s time a processed
+    # prompt); True: the server may reuse a cached prefix. The prefix-cache workload always caches.
+    prompt_cache: bool = False
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -7,6 +7,7 @@ TOML has no null: a figure that does not exist is left out, never written as 0.
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import tomllib
@@ -15,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy
 import tomli_w
 
 from llm_bench.engines.metrics import SpecCounters
@@ -41,7 +43,8 @@ class RunRecord:
     draft_n: int | None = None
     draft_n_accepted: int | None = None
     wall_s: float | None = None
-    cache_n: int | None = None
+    cache_n: int | None = None  # prompt tokens the server reused from its cache (its own count)
+    batch: int | None = None  # concurrency workload: which batch of simultaneous streams (1-based)
 
 
 @dataclass
@@ -111,8 +114,17 @@ class AliasRecord:
         return Summary.of([getattr(run, metric) for run in self.runs])
 
     def percentile(self, metric: str, q: float) -> float | None:
-        values = sorted(v for v in (getattr(run, metric) for run in self.runs) if v is not None)
+        values = [v for v in (getattr(run, metric) for run in self.runs) if v is not None]
         return percentile(values, q) if values else None
+
+    def tail(self, metric: str, q: float) -> Tail | None:
+        """The q-th percentile where the runs are enough for it (see MIN_SAMPLES), else their max, so labelled."""
+        values = [v for v in (getattr(run, metric) for run in self.runs) if v is not None]
+        if not values:
+            return None
+        if len(values) >= min_samples(q):
+            return Tail(percentile(values, q), f"p{q:g}", len(values))
+        return Tail(max(values), "max", len(values))
 
     def to_toml(self) -> dict[str, Any]:
         record: dict[str, Any] = {"alias": self.alias, "target": self.target, "engine": self.engine,
@@ -124,11 +136,12 @@ class AliasRecord:
                 record[f"{metric}_min"] = s.min
                 record[f"{metric}_max"] = s.max
         if self.concurrency is not None:
+            # a tail percentile only where there are samples enough for it; the _max above stands in otherwise
             for q in (50, 90, 99):
                 for metric in ("ttft_ms", "decode_tps"):
-                    value = self.percentile(metric, q)
-                    if value is not None:
-                        record[f"{metric}_p{q}"] = value
+                    tail = self.tail(metric, q)
+                    if tail is not None and tail.label != "max":
+                        record[f"{metric}_p{q}"] = tail.value
         if self.spec is not None and self.spec.draft_tokens:
             record.update(_drop_none({
                 "draft_acceptance": self.spec.acceptance_rate,
@@ -166,14 +179,23 @@ class AliasRecord:
         return cls(**fields, runs=runs, spec=spec)
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    if len(sorted_values) == 1:
-        return sorted_values[0]
-    position = (len(sorted_values) - 1) * q / 100.0
-    low = int(position)
-    high = min(low + 1, len(sorted_values) - 1)
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
+def percentile(values: list[float], q: float) -> float:
+    """numpy's percentile (linear interpolation between closest ranks)."""
+    return float(numpy.percentile(values, q))
+
+
+def min_samples(q: float) -> int:
+    """Samples needed before the q-th percentile is reported: enough that at least one sample lies above
+    it (10 for p90, 100 for p99; p50 needs 1). With fewer, "p99" would be an interpolation toward the
+    largest value, i.e. the max under another name."""
+    return 1 if q <= 50 else math.ceil(round(100.0 / (100.0 - q), 9))
+
+
+@dataclass(frozen=True)
+class Tail:
+    value: float
+    label: str  # "p90", "p99", ... or "max" when the samples are too few for that percentile
+    samples: int
 
 
 def _drop_none(data: dict[str, Any]) -> dict[str, Any]:

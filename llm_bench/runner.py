@@ -20,13 +20,22 @@ from llm_bench.plan import Plan, Protocol
 from llm_bench.results import FORMAT, AliasRecord, ResultSet, ResultsWriter, results_stem
 from llm_bench.gpu.telemetry import sampling
 from llm_bench.workloads import RUNNERS
-from llm_bench.workloads.common import chat_request, derive
+from llm_bench.workloads.common import WorkloadInterrupted, chat_request, derive
 
 Log = Callable[[str], None]
 
 
 class RunAborted(RuntimeError):
     """The run cannot go on (the server went away); what was measured is already saved."""
+
+
+class AliasUnreachable(Exception):
+    """The server went away while an alias was measured; ``records`` hold what was measured of it."""
+
+    def __init__(self, cause: ServerUnreachable, records: list[AliasRecord]):
+        super().__init__(str(cause))
+        self.cause = cause
+        self.records = records
 
 
 def describe_vram(reading: VramReading) -> str:
@@ -81,8 +90,16 @@ def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, lo
 
         for workload in protocol.workloads:
             records.extend(RUNNERS[workload](engine, alias, protocol, base, log))
-    except ServerUnreachable:
-        raise
+    except WorkloadInterrupted as e:
+        # the runs measured before the failure stay, beside its error
+        records.extend(e.records)
+        log(f"  FAILED: {e}")
+        if isinstance(e.cause, ServerUnreachable):
+            raise AliasUnreachable(e.cause, records) from e.cause
+    except ServerUnreachable as e:
+        failed = derive(base, workload=workload)
+        failed.errors.append(str(e))
+        raise AliasUnreachable(e, records + [failed]) from e
     except ServerError as e:
         failed = derive(base, workload=workload)
         failed.errors.append(str(e))
@@ -141,7 +158,7 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
     started_at = datetime.now(timezone.utc)
     engine = open_engine(plan.engine, plan.url, timeout=protocol.request_timeout_s,
                          api_key=plan.api_key.read(), metrics_url=plan.metrics_url,
-                         load_timeout=protocol.load_timeout_s)
+                         load_timeout=protocol.load_timeout_s, streams=max(protocol.concurrency))
     try:
         with nvml or Nvml() as gpus:
             aliases = [a for a in select_models(engine, plan.aliases) if not skip(a)]
@@ -157,10 +174,9 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
                     with sampling(gpus):
                         records = measure_alias(engine, alias, protocol, gpus, log, target=target or plan.label)
                     checks.finish(records)
-                except ServerUnreachable as e:
-                    writer.add(AliasRecord(alias=alias, target=target or plan.label, engine=engine.kind,
-                                           errors=[str(e)]))
-                    raise RunAborted(f"{e}; results so far are in {writer.path}") from e
+                except AliasUnreachable as e:
+                    writer.extend(e.records)
+                    raise RunAborted(f"{e}; results so far are in {writer.path}") from e.cause
                 writer.extend(records)
                 log(f"  done in {time.perf_counter() - t0:.1f} s")
             writer.finish(datetime.now(timezone.utc))

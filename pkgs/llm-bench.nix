@@ -15,6 +15,7 @@ python3Packages.buildPythonApplication {
 
   dependencies = with python3Packages; [
     httpx
+    httpx-sse
     click
     nvidia-ml-py # the `pynvml` module
     tomli-w

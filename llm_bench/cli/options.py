@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from llm_bench.cli.exits import CouldNotRun
 from llm_bench.engines import ENGINES, Engine, open_engine
 from llm_bench.plan import DEFAULT_URL, WORKLOADS, ApiKeySource, PlanError, Protocol, protocol_from_mapping
 
@@ -96,6 +97,9 @@ def protocol_options(f):
                     help=f"Prompt categories for the categories workload (default {default_of('categories')})."),
         list_option("--concurrency",
                     help=f"Simultaneous requests for the concurrency workload (default {default_of('concurrency')})."),
+        click.option("--prompt-cache/--no-prompt-cache", "prompt_cache", default=None,
+                     help="Let the server reuse a cached prompt prefix in measured requests (default "
+                          f"{default_of('prompt_cache')}: every request processes its whole prompt)."),
         click.option("--prefix-tokens", "prefix_prompt_tokens", type=int,
                      help=f"Approximate prompt tokens for the prefix-cache workload "
                           f"(default {default_of('prefix_prompt_tokens')})."),
@@ -125,6 +129,6 @@ def open_server(url: str | None, engine: str | None, api_key_file: Path | None, 
     try:
         key = (api_key_source(api_key_file, api_key_env) or ApiKeySource()).read()
     except PlanError as e:
-        raise click.ClickException(str(e)) from e
+        raise CouldNotRun(str(e)) from e
     return open_engine(engine or "llama-cpp", url or DEFAULT_URL, timeout=timeout, api_key=key,
                        metrics_url=metrics_url)

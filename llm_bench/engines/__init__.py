@@ -16,11 +16,13 @@ ENGINES = ("llama-cpp", "openai")
 
 
 def open_engine(kind: str, url: str, *, timeout: float, api_key: str | None = None,
-                metrics_url: str | None = None, load_timeout: float = 900.0) -> Engine:
+                metrics_url: str | None = None, load_timeout: float = 900.0, streams: int = 1,
+                metrics_key: bool = False) -> Engine:
+    """``streams``: the most simultaneous streams the caller will open (the connection pool's size)."""
     if kind == "llama-cpp":
-        return LlamaCppEngine(url, timeout, api_key, load_timeout)
+        return LlamaCppEngine(url, timeout, api_key, load_timeout, streams=streams)
     if kind == "openai":
-        return OpenAIEngine(url, timeout, api_key, metrics_url)
+        return OpenAIEngine(url, timeout, api_key, metrics_url, streams=streams, metrics_key=metrics_key)
     raise ValueError(f"unknown engine {kind!r}; choose one of {', '.join(ENGINES)}")
 
 

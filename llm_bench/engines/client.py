@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 
 from llm_bench.engines.errors import ServerError, ServerUnreachable, UnknownAlias
-from llm_bench.engines.stream import ChatRequest, StreamMeasurement, iter_sse_data, measure_stream
+from llm_bench.engines.stream import ChatRequest, StreamMeasurement, measure_stream, server_sent_events
+from llm_bench.support.poll import poll_until
 
 
 @dataclass(frozen=True)
@@ -39,27 +40,54 @@ class ModelInfo:
             exit_code=status.get("exit_code"),
         )
 
+def _body_kind(response: httpx.Response) -> str:
+    kind = response.headers.get("content-type", "").partition(";")[0].strip()
+    return {"text/html": "an HTML page", "": "a body without a content type"}.get(kind, kind)
+
+
 def error_message(response: httpx.Response) -> str:
-    """The server's own words: OpenAI-style {"error": {"message": ...}} or the raw body."""
+    """The server's own words: OpenAI-style {"error": {"message": ...}}, a short plain text, or what kind
+    of body it was (never a whole HTML page)."""
     try:
         body = response.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
-        return f"HTTP {response.status_code}: {response.text.strip()[:500]}"
+        text = response.text.strip()
+        if "html" in _body_kind(response) or "<html" in text[:200].lower():
+            return f"HTTP {response.status_code} ({_body_kind(response)}, not JSON)"
+        return f"HTTP {response.status_code}: {' '.join(text.split())[:300]}"
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         return f"HTTP {response.status_code}: {body['error'].get('message', body['error'])}"
-    return f"HTTP {response.status_code}: {json.dumps(body)[:500]}"
+    return f"HTTP {response.status_code}: {json.dumps(body)[:300]}"
+
+
+def refused_hint(response: httpx.Response) -> str:
+    if response.status_code in (401, 403):
+        return " (the server wants an API key: give --api-key-file or --api-key-env, or api_key_file in the plan)"
+    return ""
+
+
+def same_origin(url: str, base_url: str) -> bool:
+    """Whether ``url`` (absolute, or a path on the server) is on the server's own scheme, host and port."""
+    target, base = httpx.URL(url), httpx.URL(base_url)
+    if not target.is_absolute_url:
+        return True
+    return (target.scheme, target.host, target.port) == (base.scheme, base.host, base.port)
 
 
 class OpenAIClient:
     """The OpenAI-compatible chat endpoint: enough for any engine that streams."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 600.0):
+    def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 600.0, streams: int = 1):
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.base_url = base_url.rstrip("/")
+        # One connection per simultaneous stream, plus a few for the calls around them (models, metrics),
+        # so no stream waits for a connection; a pool that still runs dry fails fast instead of queueing.
+        connections = streams + 4
         self.http = httpx.Client(
             base_url=self.base_url,
             headers=headers,
-            timeout=httpx.Timeout(timeout, connect=10.0),
+            timeout=httpx.Timeout(timeout, connect=10.0, pool=10.0),
+            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
         )
 
     def close(self) -> None:
@@ -84,39 +112,51 @@ class OpenAIClient:
     def get_json(self, path: str, **params: Any) -> Any:
         response = self._request("GET", path, params=params or None)
         if response.status_code != 200:
-            raise ServerError(f"GET {path}: {error_message(response)}")
-        return response.json()
-
-    def stream_chat(self, request: ChatRequest, path: str = "/v1/chat/completions") -> StreamMeasurement:
+            raise ServerError(f"GET {self.base_url}{path}: {error_message(response)}{refused_hint(response)}")
         try:
-            return self._stream_chat_once(request, path)
+            return response.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ServerError(f"GET {self.base_url}{path} answered HTTP 200 with {_body_kind(response)}, "
+                              "not JSON: is --url the server's address?") from e
+
+    def stream_chat(self, request: ChatRequest, path: str = "/v1/chat/completions",
+                    extra: dict[str, Any] | None = None) -> StreamMeasurement:
+        """One streamed completion; ``extra`` adds engine-specific fields to the request body."""
+        body = {**request.body(), **(extra or {})}
+        try:
+            return self._stream_chat_once(request, body, path)
         except _NoResponse:
             # llama.cpp's router sometimes drops a request it proxies over a stale connection to a
             # model instance, before any byte of a response: nothing was generated, so it is sent again.
             try:
-                return self._stream_chat_once(request, path)
+                return self._stream_chat_once(request, body, path)
             except _NoResponse as e:
                 raise ServerError(f"the server closed the connection twice without answering: {e}") from e
 
-    def _stream_chat_once(self, request: ChatRequest, path: str) -> StreamMeasurement:
+    def _stream_chat_once(self, request: ChatRequest, body: dict[str, Any], path: str) -> StreamMeasurement:
+        what = f"POST {path} for {request.model!r}"
         sent_at = time.perf_counter()
         try:
-            with self.http.stream("POST", path, json=request.body()) as response:
+            with self.http.stream("POST", path, json=body) as response:
                 if response.status_code != 200:
                     response.read()
-                    raise ServerError(error_message(response))
+                    raise ServerError(f"{what}: {error_message(response)}{refused_hint(response)}")
                 try:
-                    return measure_stream(response.iter_lines(), sent_at)
+                    return measure_stream(server_sent_events(response), sent_at, what=what)
                 except httpx.TransportError as e:
-                    raise ServerError(f"stream broke: {type(e).__name__}: {e}") from e
+                    raise ServerError(f"{what}: stream broke: {type(e).__name__}: {e}") from e
         except httpx.ConnectError as e:
             raise ServerUnreachable(f"cannot connect to {self.base_url} ({e})") from e
         except httpx.RemoteProtocolError as e:
             raise _NoResponse(str(e)) from e
+        except httpx.PoolTimeout as e:
+            raise ServerError(f"{what}: no free connection in the client's pool (more streams than it was "
+                              "sized for)") from e
         except httpx.TimeoutException as e:
-            raise ServerError(f"request timed out after {time.perf_counter() - sent_at:.1f} s ({type(e).__name__})") from e
+            raise ServerError(f"{what}: timed out after {time.perf_counter() - sent_at:.1f} s "
+                              f"({type(e).__name__})") from e
         except httpx.TransportError as e:
-            raise ServerError(f"request failed: {type(e).__name__}: {e}") from e
+            raise ServerError(f"{what}: request failed: {type(e).__name__}: {e}") from e
 
 
 class _NoResponse(Exception):
@@ -127,8 +167,22 @@ class RouterClient(OpenAIClient):
     """llama.cpp's router API on top of the OpenAI routes."""
 
     def models(self) -> list[ModelInfo]:
-        body = self.get_json("/models")
-        return [ModelInfo.from_json(item) for item in body.get("data", [])]
+        response = self._request("GET", "/models")
+        try:
+            body = response.json() if response.status_code == 200 else None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            body = None
+        if not isinstance(body, dict) or not isinstance(body.get("data"), list):
+            found = (error_message(response) if response.status_code != 200
+                     else f"HTTP 200 with {_body_kind(response)}, not the router's model list")
+            if response.status_code in (401, 403):
+                raise ServerError(f"GET {self.base_url}/models: {found}{refused_hint(response)}")
+            raise ServerError(f"{self.base_url} does not speak the llama.cpp router API: GET /models answered "
+                              f"{found}; for an OpenAI-compatible server (vLLM, HyperQwen) use --engine openai")
+        try:
+            return [ModelInfo.from_json(item) for item in body["data"]]
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ServerError(f"{self.base_url}/models lists models llm-bench cannot read ({e!r})") from e
 
     def model(self, alias: str) -> ModelInfo:
         for info in self.models():
@@ -148,16 +202,21 @@ class RouterClient(OpenAIClient):
         self._post_model("unload", alias)
 
     def wait_for_status(self, alias: str, wanted: str, timeout: float, poll: float = 0.1) -> ModelInfo:
-        deadline = time.monotonic() + timeout
-        while True:
+        last: list[ModelInfo] = []
+
+        def reached() -> ModelInfo | None:
             info = self.model(alias)
+            last[:] = [info]
             if info.status == wanted:
                 return info
             if info.failed and wanted == "loaded":
                 raise ServerError(f"{alias!r} failed to load (exit code {info.exit_code})")
-            if time.monotonic() > deadline:
-                raise ServerError(f"{alias!r} is still {info.status!r} after {timeout:.0f} s (wanted {wanted!r})")
-            time.sleep(poll)
+            return None
+
+        info = poll_until(reached, timeout=timeout, interval=poll)
+        if info is None:
+            raise ServerError(f"{alias!r} is still {last[0].status!r} after {timeout:.0f} s (wanted {wanted!r})")
+        return info
 
     def props(self, alias: str | None = None) -> dict[str, Any]:
         # autoload=false: asking for properties must not load a model behind the benchmark's back.
@@ -183,8 +242,10 @@ class StatusWatcher:
         try:
             with self._client.stream("GET", "/models/sse") as response:
                 self._ready.set()
-                for payload in iter_sse_data(response.iter_lines()):
-                    event = json.loads(payload)
+                for sse in server_sent_events(response):
+                    event = json.loads(sse.data)
+                    if not isinstance(event, dict):
+                        continue
                     if event.get("model") != self.alias or event.get("event") not in ("model_status", "status_change"):
                         continue
                     status = (event.get("data") or {}).get("status")
@@ -192,7 +253,7 @@ class StatusWatcher:
                         self.transitions.append(status)
                     if status == "loaded" or (status == "unloaded" and len(self.transitions) > 1):
                         return
-        except (httpx.HTTPError, json.JSONDecodeError, RuntimeError):
+        except (httpx.HTTPError, json.JSONDecodeError, ServerError, RuntimeError):
             pass  # a router without /models/sse gives no transitions
         finally:
             self._ready.set()

@@ -12,8 +12,9 @@ class LlamaCppEngine:
     kind = "llama-cpp"
     decode_source = "server timings"
 
-    def __init__(self, url: str, timeout: float, api_key: str | None = None, load_timeout: float = 900.0):
-        self.client = RouterClient(url, api_key=api_key, timeout=timeout)
+    def __init__(self, url: str, timeout: float, api_key: str | None = None, load_timeout: float = 900.0,
+                 streams: int = 1):
+        self.client = RouterClient(url, api_key=api_key, timeout=timeout, streams=streams)
         self.base_url = self.client.base_url
         self.load_timeout = load_timeout
 
@@ -38,11 +39,13 @@ class LlamaCppEngine:
 
     def warm_up(self, request: ChatRequest) -> tuple[StreamMeasurement, list[str]]:
         with StatusWatcher(self.base_url, request.model, self.client.http.headers) as watcher:
-            measurement = self.client.stream_chat(request)
+            measurement = self.stream(request)
         return measurement, watcher.transitions
 
     def stream(self, request: ChatRequest) -> StreamMeasurement:
-        return self.client.stream_chat(request)
+        # cache_prompt false: the slot's cached tokens are not reused, the whole prompt is processed
+        # (the server then reports timings.cache_n = 0).
+        return self.client.stream_chat(request, extra={"cache_prompt": request.prompt_cache})
 
     def describe(self, alias: str) -> tuple[list[str], str | None]:
         return list(self.client.model(alias).args), self.client.props(alias).get("build_info")

@@ -6,9 +6,11 @@ Prometheus ``/metrics`` counters where the server has them.
 
 from __future__ import annotations
 
+import uuid
+
 import httpx
 
-from llm_bench.engines.client import OpenAIClient
+from llm_bench.engines.client import OpenAIClient, same_origin
 from llm_bench.engines.metrics import (
     PrefixCacheCounters,
     SpecCounters,
@@ -23,12 +25,19 @@ class OpenAIEngine:
     kind = "openai"
     decode_source = "stream"
 
-    def __init__(self, url: str, timeout: float, api_key: str | None = None, metrics_url: str | None = None):
-        self.client = OpenAIClient(url, api_key=api_key, timeout=timeout)
+    def __init__(self, url: str, timeout: float, api_key: str | None = None, metrics_url: str | None = None,
+                 streams: int = 1, metrics_key: bool = False):
+        self.client = OpenAIClient(url, api_key=api_key, timeout=timeout, streams=streams)
         self.base_url = self.client.base_url
         self.metrics_path = metrics_url or "/metrics"
+        # The bearer key goes to the metrics URL only on the server's own origin, or when asked for:
+        # a key must not leak to whatever host --metrics-url names.
+        self._metrics_http = (self.client.http if metrics_key or same_origin(self.metrics_path, self.base_url)
+                              else httpx.Client(timeout=httpx.Timeout(30.0, connect=10.0)))
 
     def close(self) -> None:
+        if self._metrics_http is not self.client.http:
+            self._metrics_http.close()
         self.client.close()
 
     def models(self) -> list[str]:
@@ -41,10 +50,13 @@ class OpenAIEngine:
         return False  # an OpenAI server keeps its model loaded: there is no cold load to time
 
     def warm_up(self, request: ChatRequest) -> tuple[StreamMeasurement, list[str]]:
-        return self.client.stream_chat(request), []
+        return self.stream(request), []
 
     def stream(self, request: ChatRequest) -> StreamMeasurement:
-        return self.client.stream_chat(request)
+        # A salt no other request has: vLLM keys its prefix cache by it, so the fixed prompt text is
+        # processed whole every time (servers without cache_salt ignore the field).
+        extra = {} if request.prompt_cache else {"cache_salt": uuid.uuid4().hex}
+        return self.client.stream_chat(request, extra=extra)
 
     def describe(self, model: str) -> tuple[list[str], str | None]:
         return [], None
@@ -55,7 +67,7 @@ class OpenAIEngine:
     def metrics_text(self) -> str | None:
         """The Prometheus text at the metrics URL; None where the server has none."""
         try:
-            response = self.client.http.get(self.metrics_path)
+            response = self._metrics_http.get(self.metrics_path)
         except httpx.HTTPError:
             return None
         return response.text if response.status_code == 200 else None

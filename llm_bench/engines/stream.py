@@ -1,15 +1,19 @@
 """One streamed chat completion: the request llm-bench sends and what it measures of the answer.
 
-Pure: it reads an iterator of SSE lines and a clock, so every path can be tested without a server.
+``measure_stream`` is pure: it reads time-stamped events, so every rule can be tested without a server;
+``server_sent_events`` turns a response's bytes into those events.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from httpx_sse import EventSource, SSEError
 
 from llm_bench.engines.errors import ServerError
 
@@ -24,6 +28,9 @@ class ChatRequest:
     temperature: float
     seed: int
     ignore_eos: bool = True
+    # False: the server must process the whole prompt (no reuse of a cached prefix); how to ask for
+    # that is each engine's business (llama.cpp: cache_prompt; vLLM: a unique cache_salt).
+    prompt_cache: bool = True
 
     def body(self) -> dict[str, Any]:
         return {
@@ -91,54 +98,101 @@ class StreamMeasurement:
             return None
         return (tokens - 1) / span
 
-def iter_sse_data(lines: Iterator[str]) -> Iterator[str]:
-    """The data payloads of a server-sent event stream; comments (': keep-alive') are skipped."""
-    data: list[str] = []
-    for line in lines:
-        if line == "":
-            if data:
-                yield "\n".join(data)
-                data = []
-        elif line.startswith(":"):
-            continue
-        elif line.startswith("data:"):
-            data.append(line[5:].lstrip(" "))
-    if data:
-        yield "\n".join(data)
+@dataclass(frozen=True)
+class Event:
+    """One server-sent event's data, with the moment the bytes that completed it arrived."""
+
+    data: str
+    arrived_at: float
+    name: str = ""
+
+
+class _Arrivals:
+    """What httpx-sse's EventSource reads (``headers`` and ``iter_text``), taken from a response's raw
+    bytes with the clock read as each piece arrives, before any decoding or parsing."""
+
+    def __init__(self, response: Any, clock: Callable[[], float]):
+        self.headers = response.headers
+        self._response = response
+        self._clock = clock
+        self.arrived_at = clock()
+
+    def iter_text(self) -> Iterator[str]:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        for piece in self._response.iter_bytes():
+            self.arrived_at = self._clock()
+            text = decoder.decode(piece)
+            if text:
+                yield text
+        tail = decoder.decode(b"", final=True)
+        if tail:
+            yield tail
+
+
+def server_sent_events(response: Any, clock: Callable[[], float] = time.perf_counter) -> Iterator[Event]:
+    """The events of a ``text/event-stream`` response, per the SSE specification (httpx-sse: lines end
+    only at CR, LF or CRLF; multi-line data; comments), each stamped with its bytes' arrival time.
+
+    Pieces are read as the socket delivers them (httpx's iter_bytes without a chunk size does not
+    re-buffer), so an event's time is when its last byte reached us, not when we got round to it."""
+    arrivals = _Arrivals(response, clock)
+    try:
+        for sse in EventSource(arrivals).iter_sse():  # type: ignore[arg-type]  # reads headers and iter_text only
+            yield Event(sse.data, arrivals.arrived_at, sse.event)
+    except SSEError as e:
+        raise ServerError(f"the server did not answer with an event stream: {e}") from e
 
 
 def _has_token(delta: dict[str, Any]) -> bool:
     return bool(delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"))
 
 
-def measure_stream(lines: Iterator[str], sent_at: float, clock=time.perf_counter) -> StreamMeasurement:
-    """Read an OpenAI chat-completion stream to its end, timing the chunks that carry tokens."""
+def measure_stream(events: Iterable[Event], sent_at: float, clock: Callable[[], float] = time.perf_counter,
+                   what: str = "the stream") -> StreamMeasurement:
+    """Read an OpenAI chat-completion stream to its end, timing the chunks that carry tokens.
+
+    ``what`` names the request in errors; anything the server sends that is not what the OpenAI
+    stream format allows becomes a ServerError saying so."""
     m = StreamMeasurement(sent_at=sent_at)
     finished = False
-    for payload in iter_sse_data(lines):
-        now = clock()
-        if payload.strip() == "[DONE]":
+    for event in events:
+        if event.data.strip() == "[DONE]":
             finished = True
             break
-        chunk = json.loads(payload)
+        if not event.data.strip():
+            continue
+        try:
+            chunk = json.loads(event.data)
+        except json.JSONDecodeError as e:
+            raise ServerError(f"{what}: the server sent an event that is not JSON ({e}): {event.data[:200]!r}") from e
+        if not isinstance(chunk, dict):
+            raise ServerError(f"{what}: the server sent an event that is not a JSON object: {event.data[:200]!r}")
         if "error" in chunk:
             err = chunk["error"]
-            raise ServerError(f"error in stream: {err.get('message', err) if isinstance(err, dict) else err}")
-        for choice in chunk.get("choices") or ():
-            if _has_token(choice.get("delta") or {}):
-                if m.first_token_at is None:
-                    m.first_token_at = now
-                m.last_token_at = now
-                m.token_chunks += 1
-            if choice.get("finish_reason"):
-                m.finish_reason = choice["finish_reason"]
-        if chunk.get("usage"):
-            m.usage = chunk["usage"]
-        if chunk.get("timings"):
-            m.timings = chunk["timings"]
+            raise ServerError(f"{what}: error in stream: {err.get('message', err) if isinstance(err, dict) else err}")
+        try:
+            _take(m, chunk, event.arrived_at)
+        except (AttributeError, TypeError, ValueError) as e:
+            raise ServerError(f"{what}: the server sent a chunk llm-bench cannot read ({e}): "
+                              f"{event.data[:200]!r}") from e
     m.done_at = clock()
     if not finished and m.finish_reason is None:
         raise ServerError(
-            f"stream ended without a finish reason after {m.token_chunks} token chunks (dropped connection?)"
+            f"{what}: stream ended without a finish reason after {m.token_chunks} token chunks (dropped connection?)"
         )
     return m
+
+
+def _take(m: StreamMeasurement, chunk: dict[str, Any], now: float) -> None:
+    for choice in chunk.get("choices") or ():
+        if _has_token(choice.get("delta") or {}):
+            if m.first_token_at is None:
+                m.first_token_at = now
+            m.last_token_at = now
+            m.token_chunks += 1
+        if choice.get("finish_reason"):
+            m.finish_reason = choice["finish_reason"]
+    if chunk.get("usage"):
+        m.usage = dict(chunk["usage"])
+    if chunk.get("timings"):
+        m.timings = dict(chunk["timings"])

@@ -177,23 +177,33 @@ def main_table(rows: Sequence[Row], baseline: Row | None = None, min_effect: flo
     return Table(None, "main", [name_of.get(c.name, c.name) for c in columns], cells)
 
 
+def _tail_cell(record, metric: str, q: int) -> Cell:
+    tail = record.tail(metric, q)
+    if tail is None:
+        return Cell("-", {f"{metric}_p{q}": None})
+    if tail.label == "max":
+        return Cell(f"max {tail.value:.0f} (n={tail.samples})", {f"{metric}_p{q}": None})
+    return Cell(f"{tail.value:.0f}", {f"{metric}_p{q}": tail.value})
+
+
 def concurrency_table(rows: Sequence[Row]) -> Table | None:
     chosen = sorted((r for r in rows if r.record.workload == "concurrency"),
                     key=lambda r: (r.label, r.record.alias, r.record.concurrency or 0))
     if not chosen:
         return None
+    # p90/p99 only where the samples are enough for them (results.min_samples); else the max, labelled
     header = ["Configuration", "Concurrent", "Total t/s", "Per-request t/s p50", "TTFT ms p50", "TTFT ms p90",
               "TTFT ms p99", "Draft accept", "Notes"]
     lines = []
     for row in chosen:
         r = row.record
-        values = [r.total_tps, r.percentile("decode_tps", 50), r.percentile("ttft_ms", 50),
-                  r.percentile("ttft_ms", 90), r.percentile("ttft_ms", 99)]
-        keys = ["total_tps", "decode_tps_p50", "ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p99"]
-        digits = [1, 1, 0, 0, 0]
+        values = [r.total_tps, r.percentile("decode_tps", 50), r.percentile("ttft_ms", 50)]
+        keys = ["total_tps", "decode_tps_p50", "ttft_ms_p50"]
+        digits = [1, 1, 0]
         lines.append([Cell(row.configuration, {"configuration": row.configuration}),
                       Cell(str(r.concurrency), {"concurrency": r.concurrency})]
                      + [Cell(num(v, d), {k: v}) for v, k, d in zip(values, keys, digits)]
+                     + [_tail_cell(r, "ttft_ms", 90), _tail_cell(r, "ttft_ms", 99)]
                      + [_acceptance(row, None), Cell(notes_of(r), {"errors": list(r.errors)})])  # type: ignore[arg-type]
     return Table("Concurrency", "concurrency", header, lines)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from llm_bench.engines import Engine
 from llm_bench.plan import Protocol, shipped_prompt
 from llm_bench.results import AliasRecord
-from llm_bench.workloads.common import Log, chat_request, derive, measured_runs
+from llm_bench.workloads.common import Log, WorkloadInterrupted, chat_request, derive, measured_runs
 
 CATEGORIES = ("prose", "code", "json")
 
@@ -18,6 +18,9 @@ def categories(engine: Engine, alias: str, protocol: Protocol, base: AliasRecord
         log(f"  category {category}:")
         record = derive(base, workload="category", category=category, cold_load_s=None)
         request = chat_request(alias, protocol, shipped_prompt(category))
-        measured_runs(engine, request, protocol.runs, record, log, label=f"{category} run")
+        try:
+            measured_runs(engine, request, protocol.runs, record, log, label=f"{category} run")
+        except WorkloadInterrupted as e:
+            raise WorkloadInterrupted(e.cause, records + e.records) from e.cause
         records.append(record)
     return records

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from llm_bench.engines import Engine
+from llm_bench.engines.errors import ServerError
 from llm_bench.engines.metrics import SpecCounters
 from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 from llm_bench.gpu.telemetry import recording
@@ -27,8 +28,38 @@ def derive(base: AliasRecord, **changes) -> AliasRecord:
     return replace(copy.deepcopy(base), **changes)
 
 
-def chat_request(alias: str, protocol: Protocol, prompt: str, max_tokens: int | None = None) -> ChatRequest:
-    return ChatRequest(alias, prompt, max_tokens or protocol.max_tokens, protocol.temperature, protocol.seed)
+# A run whose server reused more than this share of the prompt from its cache timed a cache hit.
+REUSED_PROMPT_SHARE = 0.5
+
+
+class WorkloadInterrupted(Exception):
+    """A workload stopped on a server error; ``records`` hold what it measured before (runs kept)."""
+
+    def __init__(self, cause: Exception, records: list[AliasRecord]):
+        super().__init__(str(cause))
+        self.cause = cause
+        self.records = records
+
+
+def chat_request(alias: str, protocol: Protocol, prompt: str, max_tokens: int | None = None,
+                 prompt_cache: bool | None = None) -> ChatRequest:
+    """``prompt_cache`` None: as the protocol says (by default every prompt is processed whole)."""
+    return ChatRequest(alias, prompt, max_tokens or protocol.max_tokens, protocol.temperature, protocol.seed,
+                       prompt_cache=protocol.prompt_cache if prompt_cache is None else prompt_cache)
+
+
+def reused_prompt(run: RunRecord) -> bool:
+    """The server served most of this run's prompt from its cache (its own count, cache_n/cached_tokens)."""
+    return bool(run.cache_n and run.prompt_tokens and run.cache_n > REUSED_PROMPT_SHARE * run.prompt_tokens)
+
+
+def check_prompt_reuse(record: AliasRecord, run: RunRecord, request: ChatRequest, label: str) -> None:
+    if request.prompt_cache or not reused_prompt(run):
+        return
+    record.warnings.append(
+        f"{label}: the server reused {run.cache_n} of {run.prompt_tokens} prompt tokens from its cache although "
+        "cold prompts were asked for, so its TTFT and prompt t/s time a cache hit (does the server ignore "
+        "cache_prompt / cache_salt?)")
 
 
 def run_record(m: StreamMeasurement, engine_kind: str) -> RunRecord:
@@ -60,6 +91,8 @@ def fmt(value: float | None) -> str:
 def describe_run(run: RunRecord) -> str:
     text = (f"{fmt(run.decode_tps)} t/s decode, {fmt(run.client_decode_tps)} t/s client, "
             f"TTFT {fmt(run.ttft_ms)} ms, {run.output_tokens} tokens")
+    if run.cache_n:
+        text += f", {run.cache_n} of {run.prompt_tokens} prompt tokens from cache"
     if run.draft_n:
         text += f", drafted {run.draft_n} accepted {run.draft_n_accepted}"
     return text
@@ -107,13 +140,21 @@ def check_acceptance_trap(record: AliasRecord, log: Log) -> None:
 
 def measured_runs(engine: Engine, request: ChatRequest, runs: int, record: AliasRecord, log: Log,
                   label: str = "Run") -> None:
+    """``runs`` requests one after another into ``record``. On a server error the runs finished so far stay
+    in the record beside the error, and WorkloadInterrupted carries it up."""
     before = engine.spec_counters(request.model)
     with recording(record):
         for i in range(runs):
-            run = run_record(engine.stream(request), engine.kind)
+            try:
+                run = run_record(engine.stream(request), engine.kind)
+            except ServerError as e:
+                record.errors.append(f"{label.lower()} {i + 1} of {runs} failed ({i} finished): {e}")
+                record.spec = spec_from_runs(record.runs)
+                raise WorkloadInterrupted(e, [record]) from e
             record.runs.append(run)
             log(f"  {label} {i + 1}/{runs}: {describe_run(run)}")
             check_length(record, run, request.max_tokens)
+            check_prompt_reuse(record, run, request, f"{label.lower()} {i + 1}")
     after = engine.spec_counters(request.model)
     record.spec = spec_delta(before, after, record.runs)
     log("  " + describe_summary(record))

@@ -11,7 +11,7 @@ from llm_bench.workloads.common import Log, chat_request, derive, fmt, long_prom
 def prefix_cache(engine: Engine, alias: str, protocol: Protocol, base: AliasRecord, log: Log) -> list[AliasRecord]:
     record = derive(base, workload="prefix-cache", cold_load_s=None)
     request = chat_request(alias, protocol, long_prompt(protocol.prefix_prompt_tokens, protocol.prefix_chars_per_token),
-                           max_tokens=protocol.prefix_max_tokens)
+                           max_tokens=protocol.prefix_max_tokens, prompt_cache=True)  # caching is what it measures
     cold = run_record(engine.stream(request), engine.kind)
     before = engine.prefix_counters(alias)
     warm = run_record(engine.stream(request), engine.kind)
