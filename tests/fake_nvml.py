@@ -10,6 +10,14 @@ It follows pynvml's real calls, return types, units and errors (nvidia-ml-py 13.
   which advances with the power drawn over wall-clock time;
 - clocks in MHz (``nvmlDeviceGetClockInfo`` / ``nvmlDeviceGetMaxClockInfo`` with ``NVML_CLOCK_SM`` /
   ``NVML_CLOCK_MEM``), temperature in degrees C, PCIe generation and width, memory bus width in bits;
+- the PCIe link's current and maximum generation and width, its replay counter, utilization as the
+  real ``c_nvmlUtilization_t`` and the PCI address as the real ``nvmlPciInfo_t`` (``domain``, ``bus``,
+  ``device``, ``busId``);
+- critical Xid events: ``nvmlEventSetCreate``, ``nvmlDeviceRegisterEvents(handle, types, set)``
+  (``NVML_ERROR_NOT_SUPPORTED`` on a GPU with ``xid_events=False``), ``nvmlEventSetWait(set, ms)``
+  returning an event with ``device``, ``eventType``, ``eventData`` (the Xid) or raising
+  ``NVML_ERROR_TIMEOUT`` when none is pending, ``nvmlEventSetFree``; ``FakeNvml.raise_xid(index, xid)``
+  makes the driver report one;
 - errors as the real ``pynvml.NVMLError`` subclasses built from NVML return codes.
 
 Any call can be made to fail: ``fail={"nvmlDeviceGetTotalEnergyConsumption": NVML_ERROR_NOT_SUPPORTED}``
@@ -42,6 +50,7 @@ NVML_CLOCK_GRAPHICS = pynvml.NVML_CLOCK_GRAPHICS
 NVML_TEMPERATURE_GPU = pynvml.NVML_TEMPERATURE_GPU
 NVML_ERROR_NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
 NVML_ERROR_NO_PERMISSION = pynvml.NVML_ERROR_NO_PERMISSION
+nvmlEventTypeXidCriticalError = pynvml.nvmlEventTypeXidCriticalError
 
 
 @dataclass
@@ -49,6 +58,20 @@ class _Memory:  # pynvml's c_nvmlMemory_t has these three fields, in bytes
     total: int
     free: int
     used: int
+
+
+@dataclass
+class _EventData:  # pynvml's c_nvmlEventData_t fields (device is the handle the event came from)
+    device: object
+    eventType: int
+    eventData: int
+    gpuInstanceId: int = 0xFFFFFFFF
+    computeInstanceId: int = 0xFFFFFFFF
+
+
+@dataclass
+class _EventSet:
+    devices: list = field(default_factory=list)
 
 
 @dataclass
@@ -73,6 +96,13 @@ class FakeGpu:
     temperature_c: int = 62
     pcie_gen: int = 4
     pcie_width: int = 16
+    max_pcie_gen: int = 4
+    max_pcie_width: int = 16
+    pcie_replays: int = 0
+    utilization_pct: int = 0  # GPU busy percentage; idle GPUs downshift their PCIe link
+    pci_bus: int = 1  # PCI 0000:01:00.0 (domain 0, device 0)
+    xid_events: bool = True  # whether the GPU accepts Xid event registration
+    pending_xids: list[int] = field(default_factory=list)
     fail: dict[str, int] = field(default_factory=dict)  # function name -> NVML_ERROR_* code
     energy_since: float | None = None  # wall-clock start of the counter (time.time()), set at init
 
@@ -225,6 +255,56 @@ class FakeNvml:
     def nvmlDeviceGetCurrPcieLinkWidth(self, handle: FakeGpu) -> int:
         self._check("nvmlDeviceGetCurrPcieLinkWidth", handle)
         return handle.pcie_width
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: FakeGpu) -> int:
+        self._check("nvmlDeviceGetMaxPcieLinkGeneration", handle)
+        return handle.max_pcie_gen
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: FakeGpu) -> int:
+        self._check("nvmlDeviceGetMaxPcieLinkWidth", handle)
+        return handle.max_pcie_width
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle: FakeGpu) -> int:
+        self._check("nvmlDeviceGetPcieReplayCounter", handle)
+        return handle.pcie_replays
+
+    def nvmlDeviceGetUtilizationRates(self, handle: FakeGpu) -> pynvml.c_nvmlUtilization_t:
+        self._check("nvmlDeviceGetUtilizationRates", handle)
+        return pynvml.c_nvmlUtilization_t(gpu=handle.utilization_pct, memory=handle.utilization_pct)
+
+    def nvmlDeviceGetPciInfo(self, handle: FakeGpu) -> pynvml.nvmlPciInfo_t:
+        self._check("nvmlDeviceGetPciInfo", handle)
+        return pynvml.nvmlPciInfo_t(busIdLegacy=f"0000:{handle.pci_bus:02x}:00.0".encode(), domain=0,
+                                    bus=handle.pci_bus, device=0, pciDeviceId=0x220410DE,
+                                    busId=f"00000000:{handle.pci_bus:02x}:00.0".encode())
+
+    def nvmlDeviceGetIndex(self, handle: FakeGpu) -> int:
+        self._check("nvmlDeviceGetIndex", handle)
+        return self.gpus.index(handle)
+
+    def nvmlEventSetCreate(self) -> _EventSet:
+        self._check("nvmlEventSetCreate")
+        return _EventSet()
+
+    def nvmlDeviceRegisterEvents(self, handle: FakeGpu, eventTypes: int, eventSet: _EventSet) -> None:
+        self._check("nvmlDeviceRegisterEvents", handle)
+        if not handle.xid_events:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        eventSet.devices.append(handle)
+
+    def nvmlEventSetWait(self, eventSet: _EventSet, timeoutms: int) -> _EventData:
+        self._check("nvmlEventSetWait")
+        for gpu in eventSet.devices:
+            if gpu.pending_xids:
+                return _EventData(gpu, nvmlEventTypeXidCriticalError, gpu.pending_xids.pop(0))
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
+
+    def nvmlEventSetFree(self, eventSet: _EventSet) -> None:
+        self._check("nvmlEventSetFree")
+
+    def raise_xid(self, index: int, xid: int) -> None:
+        """The driver reports a critical Xid on one GPU (what a test makes happen)."""
+        self.gpus[index].pending_xids.append(xid)
 
     def _saved(self) -> None:
         """Hook for the file-backed variant."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from click.testing import CliRunner
 
 from llm_bench.cli import main
 from llm_bench.demo import write_demo_bed
+from llm_bench.diagnostics import checks
 from llm_bench.diagnostics.checks import (
     check_enforce_eager,
     check_fa_fallback,
@@ -24,10 +26,12 @@ from llm_bench.gpu.nvml import Nvml, VramReading
 from llm_bench.plan import Checks, Plan, Protocol
 from llm_bench.results import load_results
 from llm_bench.runner import run_plan
+from llm_bench.support.poll import poll_until
 from llm_bench.testbed.llama_server import read_source_file
 from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.testbed.router import start_router
 from tests.fake_nvml import FakeGpu, FakeNvml, use_in_subprocesses, write_state
+from tests.fake_vllm import FakeVllm, FakeVllmConfig
 
 # The exact format strings of llama.cpp build 11434, as a CUDA build prints them under the router.
 OFFLOAD_LINE = "[51234] 0.01.234.567 I load_tensors: offloaded {}/{} layers to GPU"
@@ -109,8 +113,10 @@ def test_enforce_eager_from_a_real_process_command_line():
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "vllm", "serve", "Qwen/Qwen3-8B",
                              "--enforce-eager"])
     try:
-        lines = vllm_command_lines()
-        assert any("--enforce-eager" in line for line in lines)
+        # the kernel fills /proc/PID/cmdline a moment after the process starts
+        lines = poll_until(lambda: [l for l in vllm_command_lines() if "--enforce-eager" in l] or None, timeout=10,
+                           interval=0.1)
+        assert lines
         [finding] = check_enforce_eager(lines)
         assert finding.severity == ERROR and "remove --enforce-eager" in finding.fix
     finally:
@@ -167,3 +173,125 @@ def test_checks_run_during_every_run(router, tmp_path):
         assert "DOCTOR power-limit:" in text and "DOCTOR roofline:" in text
         assert record.roofline_tps and record.memory_bandwidth_gbs == pytest.approx(936.096)
     assert any(w.startswith("ACCEPTANCE TRAP") for w in records["tiny-trap"].warnings)
+
+
+# --- the reports' traps from their own lines: vLLM's command line, log and config files; the kernel log ---
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REPORT_CMDLINE = (FIXTURES / "vllm-serve-half-spec.cmdline").read_text().strip()
+
+
+def test_dtype_half_with_a_drafter_from_the_command_line_the_compose_file_and_metrics():
+    [finding] = checks.check_dtype_with_speculation(checks.vllm_config([REPORT_CMDLINE]))
+    assert finding.severity == ERROR and "dtype half" in finding.evidence and "--speculative-config" in finding.evidence
+    assert "--dtype bfloat16" in finding.fix
+    compose = {"docker-compose.yml": (FIXTURES / "vllm-compose.yml").read_text()}
+    [finding] = checks.check_dtype_with_speculation(checks.vllm_config([], compose))
+    assert "dtype float16 (docker-compose.yml: --dtype float16)" in finding.evidence
+    env = {".env": "VLLM_DTYPE=half\nSPEC=dflash2\n"}
+    [finding] = checks.check_dtype_with_speculation(checks.vllm_config([], env))
+    assert ".env: VLLM_DTYPE=half" in finding.evidence and ".env: SPEC=dflash2" in finding.evidence
+    metrics = 'vllm:model_config_info{dtype="torch.float16"} 1.0\nvllm:spec_decode_num_drafts_total{engine="0"} 12.0\n'
+    [finding] = checks.check_dtype_with_speculation(checks.vllm_config([], None, metrics))
+    assert "metrics: vllm:model_config_info" in finding.evidence
+    # no drafter, or bfloat16: nothing to say
+    assert checks.check_dtype_with_speculation(checks.vllm_config(["vllm serve m --dtype half"])) == []
+    assert checks.check_dtype_with_speculation(checks.vllm_config(
+        [REPORT_CMDLINE.replace("--dtype half", "--dtype bfloat16")])) == []
+    assert checks.check_dtype_with_speculation(checks.vllm_config([], {".env": "VLLM_DTYPE=half\nSPEC=off\n"})) == []
+
+
+def test_acceptance_trap_from_vllms_log_line():
+    [finding] = checks.check_acceptance_log((FIXTURES / "vllm-spec-trap.log").read_text(), "vllm.log")
+    assert finding.severity == ERROR and finding.check == "acceptance-log"
+    assert "Mean acceptance length: 1.00, Accepted throughput: 0.00 tokens/s, Drafted throughput: 258.30" \
+        in finding.evidence and "latest of 2" in finding.evidence
+    assert checks.check_acceptance_log((FIXTURES / "vllm-spec-healthy.log").read_text()) == []
+    # the issue's own excerpt, without the logger's prefix
+    line = "Mean acceptance length: 1.00, Accepted throughput: 0.00 tokens/s, Drafted throughput: 259.68 tokens/s"
+    assert checks.check_acceptance_log(line)[0].check == "acceptance-log"
+    # nothing drafted (speculation off, idle server): no trap
+    assert checks.check_acceptance_log(line.replace("259.68", "0.00")) == []
+
+
+def test_the_spec_decoding_line_is_vllms_own():
+    from llm_bench.diagnostics.checks import VLLM_SPEC_LOG
+
+    # vllm/v1/spec_decode/metrics.py, SpecDecodingLogging.log(), with its format arguments filled in
+    fmt = ("SpecDecoding metrics: Mean acceptance length: %.2f, Accepted throughput: %.2f tokens/s, "
+           "Drafted throughput: %.2f tokens/s, Accepted: %d tokens, Drafted: %d tokens, "
+           "Per-position acceptance rate: %s, Avg Draft acceptance rate: %.1f%%")
+    m = VLLM_SPEC_LOG.search(fmt % (1.0, 0.0, 259.68, 0, 2597, "0.000, 0.000", 0.0))
+    assert m and m[1] == "1.00" and m[3] == "259.68" and m[5] == "2597"
+
+
+def test_xid_lines_name_the_gpu_and_code():
+    lines = checks.xid_lines((FIXTURES / "kernel-xid.log").read_text())
+    assert [x.xid for x in lines] == [13, 13, 13, 79]
+    found = {f.evidence.split(" logged")[0]: f for f in checks.check_xid(lines, {(0, 1, 0): 0, (0, 0x41, 0): 1})}
+    assert set(found) == {"GPU0 (PCI 0000:01:00)", "GPU1 (PCI 0000:41:00)"}
+    assert "Xid 13 (Graphics Engine Exception" in found["GPU0 (PCI 0000:01:00)"].evidence
+    assert "3 time(s)" in found["GPU0 (PCI 0000:01:00)"].evidence
+    assert "Out Of Range Address" in found["GPU0 (PCI 0000:01:00)"].evidence
+    assert "fallen off the bus" in found["GPU1 (PCI 0000:41:00)"].evidence and "reseat" in found["GPU1 (PCI 0000:41:00)"].fix
+    # since a moment between the two: only the later line is new
+    since = datetime(2026, 11, 28, 23, 0, tzinfo=timezone.utc)
+    assert [x.xid for x in checks.xid_lines((FIXTURES / "kernel-xid.log").read_text(), since)] == [79]
+    # the journal's short-iso format and a bare dmesg line
+    journal = "2026-11-28T22:04:17+0000 rig kernel: NVRM: Xid (PCI:0000:01:00): 13, pid=1234, name=python3, x"
+    assert checks.xid_lines(journal, since) == [] and checks.xid_lines(journal)[0].at.hour == 22
+    assert checks.xid_lines("[ 9351.201887] NVRM: Xid (PCI:0000:01:00): 31, pid=77, name=llama-server, Ch 00000008")[0].xid == 31
+
+
+def test_xid_events_and_the_pcie_link_from_nvml():
+    fake = FakeNvml(gpus=[FakeGpu(), FakeGpu(pci_bus=0x41, pcie_gen=1, pcie_width=4, utilization_pct=95)])
+    with Nvml(fake) as nvml:
+        assert nvml.pci_indexes() == {(0, 1, 0): 0, (0, 0x41, 0): 1}
+        watch = nvml.xid_watch()
+        fake.raise_xid(1, 79)
+        [finding] = checks.check_xid_events(watch.poll())
+        watch.close()
+        assert "GPU1 reported critical Xid 79" in finding.evidence
+        before = nvml.pcie_links()
+        fake.gpus[1].pcie_replays = 17
+        after = nvml.pcie_links()
+    link, replay = checks.check_pcie(before, before, after)
+    assert link.check == "pcie-link" and "GPU1's PCIe link runs at Gen1 x4 while 95% busy" in link.evidence
+    assert "Gen4 x16" in link.evidence
+    assert replay.check == "pcie-replay" and "grew by 17" in replay.evidence and replay.severity == WARNING
+    idle = [FakeGpu(pcie_gen=1, utilization_pct=0)]
+    with Nvml(FakeNvml(gpus=idle)) as nvml:  # an idle GPU downshifts: not a finding
+        assert checks.check_pcie(nvml.pcie_links()) == []
+    with Nvml(FakeNvml(gpus=[FakeGpu(xid_events=False)])) as nvml:
+        assert "no GPU accepts Xid event registration" in nvml.xid_watch().unavailable
+
+
+def test_prefix_caching_off():
+    [finding] = checks.check_prefix_caching(checks.vllm_config(["vllm serve m --no-enable-prefix-caching"]))
+    assert finding.severity == WARNING and "--no-enable-prefix-caching" in finding.evidence
+    env = {".env": (FIXTURES / "hyperqwen-half.env").read_text()}
+    assert "PREFIX_CACHE=0" in checks.check_prefix_caching(checks.vllm_config([], env))[0].evidence
+    metrics = (FIXTURES / "vllm-metrics.txt").read_text()
+    assert checks.check_prefix_caching(checks.vllm_config([], None, metrics)) == []
+    off = metrics.replace('enable_prefix_caching="True"', 'enable_prefix_caching="False"')
+    assert "enable_prefix_caching=\"False\"" in checks.check_prefix_caching(checks.vllm_config([], None, off))[0].evidence
+    [finding] = checks.check_prefix_caching(checks.ServerConfig(), {"q": ["llama-server", "--no-cache-prompt"],
+                                                                  "r": ["llama-server"]})
+    assert finding.evidence.startswith("q: ") and "cache-prompt" in finding.fix
+
+
+def test_doctor_reports_the_reports_vllm_traps_and_xid_lines_with_exit_1(fake_nvml):
+    fake_nvml(FakeNvml(gpus=[FakeGpu(), FakeGpu(pci_bus=0x41)]))
+    with FakeVllm(FakeVllmConfig()) as vllm:
+        result = doctor("--engine", "openai", "--url", vllm.url, "--vllm-cmdline", REPORT_CMDLINE,
+                        "--log-file", str(FIXTURES / "vllm-spec-trap.log"),
+                        "--kernel-log", str(FIXTURES / "kernel-xid.log"),
+                        "--config-file", str(FIXTURES / "hyperqwen-half.env"))
+    assert result.exit_code == 1, result.output
+    out = result.output
+    assert "ERROR [vllm-dtype] the target runs in dtype half" in out
+    assert "ERROR [acceptance-log]" in out and "Drafted throughput: 258.30 tokens/s" in out
+    assert "ERROR [vllm-eager]" in out
+    assert "ERROR [gpu-xid] GPU0 (PCI 0000:01:00) logged Xid 13" in out and "3 time(s)" in out
+    assert "ERROR [gpu-xid] GPU1 (PCI 0000:41:00) logged Xid 79" in out
+    assert "WARNING [prefix-cache] prefix caching is off (" in out and "PREFIX_CACHE=0" in out

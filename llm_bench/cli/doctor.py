@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from llm_bench.cli.exits import CouldNotRun
 from llm_bench.cli.options import list_option, log, open_server, server_options
 from llm_bench.diagnostics.doctor import DoctorSettings, diagnose
 from llm_bench.diagnostics.findings import ERROR, WARNING
@@ -62,7 +63,7 @@ def doctor(url, engine, api_key_file, api_key_env, metrics_url, aliases, log_fil
         with Nvml() as nvml:
             findings = diagnose(server, nvml, source, settings, log)
     except ServerError as e:
-        raise click.ClickException(str(e)) from e
+        raise CouldNotRun(str(e)) from e
     finally:
         server.close()
     for finding in findings:

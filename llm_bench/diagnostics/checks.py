@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from llm_bench.diagnostics.findings import ERROR, INFO, WARNING, Finding
 from llm_bench.engines.metrics import parse_prometheus
 from llm_bench.gpu import roofline
-from llm_bench.gpu.nvml import Nvml, VramReading
+from llm_bench.gpu.nvml import Nvml, PcieLink, VramReading, XidEvent
 from llm_bench.plan import Checks
 from llm_bench.results import AliasRecord
 from llm_bench.workloads.common import check_acceptance_trap
@@ -177,3 +179,324 @@ def check_acceptance(record: AliasRecord) -> list[Finding]:
                     "serve the target in the dtype its drafter was trained with (bfloat16, not --dtype half), "
                     "use a drafter made for this model, or turn speculative decoding off")
             for w in record.warnings[before:]]
+
+
+# --- vLLM: the dtype trap, the acceptance trap in its log, prefix caching ---------------------------
+
+HALF_DTYPES = {"half", "float16", "fp16"}
+OFF_VALUES = {"0", "false", "off", "no", "none", ""}
+# vllm/v1/spec_decode/metrics.py SpecDecodingLogging.log(): "SpecDecoding metrics: Mean acceptance length: %.2f,
+# Accepted throughput: %.2f tokens/s, Drafted throughput: %.2f tokens/s, Accepted: %d tokens, Drafted: %d tokens, ..."
+VLLM_SPEC_LOG = re.compile(r"Mean acceptance length: ([\d.]+), Accepted throughput: ([\d.]+) tokens/s, "
+                           r"Drafted throughput: ([\d.]+) tokens/s(?:, Accepted: (\d+) tokens, Drafted: (\d+) tokens)?")
+# vLLM's v0 engine: "SpecDecoding metrics: Draft acceptance rate: %.1f%%, Accepted: %d tokens, Drafted: %d tokens"
+VLLM_SPEC_LOG_V0 = re.compile(r"SpecDecoding metrics: Draft acceptance rate: ([\d.]+)%, Accepted: (\d+) tokens, "
+                              r"Drafted: (\d+) tokens")
+# a KEY=VALUE (.env, compose `environment:` list) or KEY: VALUE (compose mapping) line
+SETTING = re.compile(r"""^\s*(?:-\s*)?(?:export\s+)?["']?([A-Za-z_][A-Za-z0-9_]*)["']?\s*[=:]\s*["']?([^"'#\s]*)""")
+
+
+def flag_value(text: str, *flags: str) -> str | None:
+    """The value after the last of ``flags`` in a command line, a compose ``command:`` string or list."""
+    found = None
+    for flag in flags:
+        for m in re.finditer(re.escape(flag) + r"""["']?(?:\s*,\s*|\s+|=)["']?([^\s"',\]]+)""", text):
+            found = m[1]
+    return found
+
+
+def has_flag(text: str, *flags: str) -> bool:
+    return any(re.search(re.escape(flag) + r"""(?=["'\s=,\]]|$)""", text) for flag in flags)
+
+
+def settings_in(text: str) -> dict[str, str]:
+    """KEY=VALUE and KEY: VALUE lines of an .env or compose file (the last one wins)."""
+    out = {}
+    for line in text.splitlines():
+        m = SETTING.match(line)
+        if m and not line.lstrip().startswith("#"):
+            out[m[1]] = m[2]
+    return out
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How a vLLM server was started, as far as the evidence says: each value with where it was seen."""
+
+    dtype: tuple[str, str] | None = None  # (value, evidence)
+    speculative: str | None = None  # evidence that speculative decoding is on
+    prefix_caching_off: str | None = None  # evidence that prefix caching is off
+
+
+def vllm_config(command_lines: Sequence[str] = (), files: dict[str, str] | None = None,
+                metrics_text: str | None = None) -> ServerConfig:
+    """Read dtype, speculative decoding and prefix caching from every source given."""
+    dtype = speculative = prefix_off = None
+    for line in command_lines:
+        value = flag_value(line, "--dtype")
+        if value:
+            dtype = (value, f"command line: {line[:300]}")
+        if has_flag(line, "--speculative-config", "--speculative_config", "--speculative-model",
+                    "--speculative_model"):
+            speculative = f"command line: {line[:300]}"
+        if has_flag(line, "--no-enable-prefix-caching") or flag_value(line, "--enable-prefix-caching") in (
+                "False", "false", "0"):
+            prefix_off = f"command line: {line[:300]}"
+    for name, text in (files or {}).items():
+        value = flag_value(text, "--dtype")
+        if value:
+            dtype = (value, f"{name}: --dtype {value}")
+        if has_flag(text, "--speculative-config", "--speculative_config", "--speculative-model"):
+            speculative = f"{name}: --speculative-config"
+        if has_flag(text, "--no-enable-prefix-caching"):
+            prefix_off = f"{name}: --no-enable-prefix-caching"
+        for key, value in settings_in(text).items():
+            upper = key.upper()
+            if upper.endswith("DTYPE") and "KV" not in upper and "CACHE" not in upper and value:
+                dtype = (value, f"{name}: {key}={value}")
+            if (upper == "SPEC" or "SPECULATIVE" in upper) and value.lower() not in OFF_VALUES:
+                speculative = f"{name}: {key}={value}"
+            if upper in ("PREFIX_CACHE", "ENABLE_PREFIX_CACHING", "PREFIX_CACHING") and value.lower() in OFF_VALUES:
+                prefix_off = f"{name}: {key}={value}"
+    if metrics_text:
+        for sample in parse_prometheus(metrics_text):
+            labels = sample.labels
+            for key in ("dtype", "model_dtype"):
+                if labels.get(key) and not dtype:
+                    dtype = (labels[key], f"metrics: {sample.name}{{{key}=\"{labels[key]}\"}}")
+            if labels.get("enable_prefix_caching", "").lower() == "false":
+                prefix_off = f"metrics: {sample.name}{{enable_prefix_caching=\"{labels['enable_prefix_caching']}\"}}"
+            if labels.get("speculative_config", "").lower() not in OFF_VALUES and "speculative_config" in labels:
+                speculative = f"metrics: {sample.name}{{speculative_config=...}}"
+            if sample.name == "vllm:spec_decode_num_drafts_total" and sample.value > 0 and not speculative:
+                speculative = f"metrics: vllm:spec_decode_num_drafts_total {sample.value:.0f}"
+    return ServerConfig(dtype, speculative, prefix_off)
+
+
+def check_dtype_with_speculation(config: ServerConfig) -> list[Finding]:
+    if (config.dtype is None or config.dtype[0].lower().removeprefix("torch.") not in HALF_DTYPES
+            or config.speculative is None):
+        return []
+    value, where = config.dtype
+    return [Finding(
+        "vllm-dtype", ERROR,
+        f"the target runs in dtype {value} ({where}) with speculative decoding on ({config.speculative}): "
+        "a target in float16 rejects the drafts of a drafter trained in bfloat16, so speculation silently does "
+        "nothing (vLLM logs \"Mean acceptance length: 1.00\" and no error).",
+        "serve the target with --dtype bfloat16 (or auto for a bf16 checkpoint), or turn speculative decoding off")]
+
+
+def check_acceptance_log(log_text: str, source: str = "the server log") -> list[Finding]:
+    """vLLM's periodic SpecDecoding line: drafting at a rate while accepting nothing is the trap."""
+    latest = None
+    trapped = 0
+    for line in log_text.splitlines():
+        m = VLLM_SPEC_LOG.search(line)
+        if m:
+            length, drafted = float(m[1]), float(m[3])
+            bad = drafted > 0 and length <= 1.01
+        else:
+            m = VLLM_SPEC_LOG_V0.search(line)
+            if not m:
+                continue
+            bad = int(m[3]) > 0 and float(m[1]) < 1.0
+        trapped += bad
+        latest = (line.strip(), bad)
+    if latest is None or not latest[1]:
+        return []
+    return [Finding(
+        "acceptance-log", ERROR,
+        f"vLLM drafts tokens and accepts none ({source}, latest of {trapped} such line(s): \"{latest[0][-300:]}\").",
+        "serve the target in the dtype its drafter was trained with (--dtype bfloat16, not half), use a drafter "
+        "made for this model, or turn speculative decoding off")]
+
+
+def check_prefix_caching(config: ServerConfig, preset_args: dict[str, Sequence[str]] | None = None) -> list[Finding]:
+    """Prefix caching off: every repeated prompt (the runs of one alias, the prefix-cache workload, a chat
+    with a growing history) is prefilled from scratch."""
+    fix_vllm = ("remove --no-enable-prefix-caching (vLLM >= 0.6 caches prefixes by default; HyperQwen: "
+                "PREFIX_CACHE=1)")
+    findings = []
+    if config.prefix_caching_off:
+        findings.append(Finding(
+            "prefix-cache", WARNING,
+            f"prefix caching is off ({config.prefix_caching_off}): repeated prompts are prefilled again "
+            "(the report's 11k-token prompt took 7 s instead of 0.86 s).", fix_vllm))
+    for alias, args in (preset_args or {}).items():
+        if "--no-cache-prompt" in args:
+            findings.append(Finding(
+                "prefix-cache", WARNING,
+                f"{alias}: the preset runs llama-server with --no-cache-prompt (preset arguments the router "
+                "reports): a repeated prompt is prefilled again every time.",
+                f"remove cache-prompt = false (or --no-cache-prompt) from the preset {alias}"))
+    return findings
+
+
+# --- GPU errors: Xid lines in the kernel log, Xid events from NVML, the PCIe link --------------------
+
+# The NVIDIA driver: "NVRM: Xid (PCI:0000:01:00): 13, pid=1234, name=python3, Graphics SM Warp Exception ..."
+XID_LINE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]{4}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.\d)?\): (\d+),? ?(.*)")
+ISO_STAMP = re.compile(r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2})(?:[.,](\d+))?(Z|[+-]\d{2}:?\d{2})?")
+XID_MEANING = {
+    13: "Graphics Engine Exception (an illegal memory access or instruction in a kernel; also unstable clocks "
+        "or memory)",
+    31: "GPU memory page fault",
+    43: "GPU stopped processing",
+    45: "preemptive cleanup after an earlier error",
+    48: "double-bit ECC error",
+    61: "internal micro-controller breakpoint",
+    62: "internal micro-controller halt",
+    63: "ECC page retirement or row remapping",
+    64: "ECC page retirement or row remapping failure",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+}
+
+
+@dataclass(frozen=True)
+class XidLine:
+    pci: tuple[int, int, int]  # (domain, bus, device)
+    xid: int
+    line: str
+    at: datetime | None  # the line's timestamp, when it carries one
+
+    @property
+    def pci_text(self) -> str:
+        return f"{self.pci[0]:04x}:{self.pci[1]:02x}:{self.pci[2]:02x}"
+
+
+def line_time(line: str) -> datetime | None:
+    """The ISO timestamp that starts a `journalctl -o short-iso` or `dmesg --time-format iso` line."""
+    m = ISO_STAMP.match(line)
+    if not m:
+        return None
+    zone = (m[3] or "").replace("Z", "+00:00")
+    try:
+        at = datetime.fromisoformat(m[1].replace(" ", "T") + (f".{m[2][:6]}" if m[2] else "") + zone)
+    except ValueError:
+        return None
+    return at if at.tzinfo else at.astimezone()
+
+
+def xid_lines(text: str, since: datetime | None = None) -> list[XidLine]:
+    """The driver's Xid lines; with ``since``, those whose timestamp is earlier are left out."""
+    out = []
+    for line in text.splitlines():
+        m = XID_LINE.search(line)
+        if not m:
+            continue
+        at = line_time(line)
+        if since is not None and at is not None and at < since:
+            continue
+        out.append(XidLine((int(m[1], 16), int(m[2], 16), int(m[3], 16)), int(m[4]), line.strip(), at))
+    return out
+
+
+def _xid_fix(xid: int) -> str:
+    if xid == 79:
+        return ("the card dropped off the PCIe bus: reseat it and its riser, check the PSU and its cables, "
+                "and lower the power limit; the GPU needs a reboot to come back")
+    if xid in (48, 63, 64, 92, 94, 95):
+        return "check `nvidia-smi -q -d ECC,ROW_REMAPPER`; a card that keeps retiring memory needs replacing"
+    return ("look at what ran at that moment (pid/name in the line); repeated Xid 13/31/43 under load point at "
+            "unstable clocks or memory (undo an overclock or undervolt, lower the power limit), a riser, or a "
+            "driver/CUDA bug: update the driver and rerun")
+
+
+def check_xid(lines: Sequence[XidLine], pci_index: dict[tuple[int, int, int], int],
+              source: str = "the kernel log") -> list[Finding]:
+    """One error per GPU and Xid code, with how often it occurred and its first line."""
+    groups: dict[tuple[tuple[int, int, int], int], list[XidLine]] = {}
+    for x in lines:
+        groups.setdefault((x.pci, x.xid), []).append(x)
+    findings = []
+    for (pci, xid), seen in groups.items():
+        index = pci_index.get(pci)
+        gpu = f"GPU{index} (PCI {seen[0].pci_text})" if index is not None else f"the GPU at PCI {seen[0].pci_text}"
+        meaning = XID_MEANING.get(xid, "see NVIDIA's Xid catalogue")
+        findings.append(Finding(
+            "gpu-xid", ERROR,
+            f"{gpu} logged Xid {xid} ({meaning}) {len(seen)} time(s) ({source}: \"{seen[0].line[:300]}\").",
+            _xid_fix(xid)))
+    return findings
+
+
+def check_xid_events(events: Sequence[XidEvent]) -> list[Finding]:
+    counts: dict[tuple[int | None, int], int] = {}
+    for e in events:
+        counts[(e.index, e.xid)] = counts.get((e.index, e.xid), 0) + 1
+    return [Finding("gpu-xid", ERROR,
+                    f"{'GPU' + str(index) if index is not None else 'a GPU'} reported critical Xid {xid} "
+                    f"({XID_MEANING.get(xid, 'see NVIDIA Xid catalogue')}) {n} time(s) (NVML event "
+                    "nvmlEventTypeXidCriticalError).", _xid_fix(xid))
+            for (index, xid), n in counts.items()]
+
+
+BUSY_PCT = 30  # an idle GPU lowers its link generation to save power; judge the link only above this load
+
+
+def check_pcie(busiest: Sequence[PcieLink], before: Sequence[PcieLink] = (),
+               after: Sequence[PcieLink] = ()) -> list[Finding]:
+    """A link below the card's maximum while it works, and replays (corrected link errors) that grew."""
+    findings = []
+    for link in busiest:
+        if link.busy_pct is None or link.busy_pct < BUSY_PCT:
+            continue
+        slow_gen = link.gen is not None and link.max_gen is not None and link.gen < link.max_gen
+        narrow = link.width is not None and link.max_width is not None and link.width < link.max_width
+        if slow_gen or narrow:
+            findings.append(Finding(
+                "pcie-link", WARNING,
+                f"GPU{link.index}'s PCIe link runs at Gen{link.gen} x{link.width} while {link.busy_pct}% busy; "
+                f"the card supports Gen{link.max_gen} x{link.max_width}.",
+                "check the slot (some are wired for fewer lanes or share them), the riser or cable (a poor riser "
+                "makes the link fall back), and the BIOS's PCIe generation setting"))
+    start = {link.index: link.replays for link in before if link.replays is not None}
+    for link in after:
+        if link.replays is not None and link.index in start and link.replays > start[link.index]:
+            findings.append(Finding(
+                "pcie-replay", WARNING,
+                f"GPU{link.index}'s PCIe replay counter grew by {link.replays - start[link.index]} during the run "
+                f"({start[link.index]} -> {link.replays}): the link is retransmitting corrupted packets.",
+                "reseat the card, replace or shorten the riser, or force a lower PCIe generation in the BIOS"))
+    return findings
+
+
+# --- the llamAmpere fork: a control preset needs an explicit spec-type = none ---------------------------
+
+FORK_NAMES = ("llamampere",)
+SPECULATIVE_ARGS = ("--spec-type", "--model-draft", "-md", "--spec-", "--draft", "--hf-repo-draft", "-hfd")
+
+
+def fork_build(marker: dict | None = None, build_info: str | None = None, binary: str | None = None,
+               named: str | None = None) -> str | None:
+    """Where the llamAmpere fork was recognised (its evidence), or None."""
+    package = ((marker or {}).get("package") or {}).get("name") if isinstance(marker, dict) else None
+    for evidence, value in ((f"--build {named}", named),
+                            (f"/etc/llama-cpp/active.json package {package}", package),
+                            (f"/props build_info {build_info}", build_info),
+                            (f"server binary {binary}", binary)):
+        if value and any(name in value.lower() for name in FORK_NAMES):
+            return evidence
+    return None
+
+
+def is_control(args: Sequence[str]) -> bool:
+    """A preset with no speculative-decoding argument at all: meant as the no-speculation control."""
+    return not any(a == flag or (flag.endswith("-") and a.startswith(flag)) for a in args for flag in SPECULATIVE_ARGS)
+
+
+def check_fork_control(fork: str | None, preset_args: dict[str, Sequence[str]]) -> list[Finding]:
+    if fork is None:
+        return []
+    return [Finding(
+        "fork-control", WARNING,
+        f"{alias}: the server is the llamAmpere fork ({fork}), which defaults --spec-type to auto, and this preset "
+        "sets no spec-type: it is not a no-speculation control there.",
+        f"add `spec-type = none` to the preset {alias} (Nix: spec-type = \"none\";)")
+        for alias, args in preset_args.items() if is_control(args)]

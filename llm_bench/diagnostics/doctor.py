@@ -1,17 +1,24 @@
 """``llm-bench doctor``: gather every piece of evidence a server and this machine offer, and run the checks.
 
-The evidence: VRAM and power limits (NVML), the server's log (``server_log.py``), vLLM's command
-line (``/proc`` or given) and ``/metrics``, and one short probe request per model (drafting and the
-memory-bandwidth roofline). Each check is a pure function in ``checks.py``.
+The evidence: VRAM, power limits, the PCIe link and Xid events (NVML), the kernel log (Xid lines),
+the server's log (``server_log.py``), vLLM's command line (``/proc`` or given), compose/.env files,
+``/metrics``, the router's preset arguments and build (the llamAmpere fork), and one short probe
+request per model (drafting and the memory-bandwidth roofline). Each check is a pure function in
+``checks.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
 
 from llm_bench.diagnostics import checks
+from llm_bench.diagnostics.evidence import MARKER, detect_fork, read_config_files, router_presets
 from llm_bench.diagnostics.findings import ERROR, INFO, WARNING, Finding
+from llm_bench.diagnostics.gpu_errors import KernelLog, PcieWatch
 from llm_bench.diagnostics.server_log import LogSource
 from llm_bench.engines import Engine
 from llm_bench.engines.errors import ServerError
@@ -19,7 +26,7 @@ from llm_bench.engines.stream import ChatRequest
 from llm_bench.gpu import roofline
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.results import AliasRecord
-from llm_bench.workloads.common import run_record, spec_delta
+from llm_bench.workloads.common import run_record, spec_from_runs
 
 Log = Callable[[str], None]
 
@@ -33,6 +40,11 @@ class DoctorSettings:
     roofline_min: float = 0.25
     model_bytes: int | None = None  # bytes read per token for the roofline; default: the model file size
     max_tokens: int = 64  # tokens per probe request
+    config_files: tuple[Path, ...] = ()  # compose files and .env files the engine was started with
+    kernel_log: KernelLog = KernelLog()
+    since: datetime | None = None  # Xid lines before this are old news; None: this boot
+    build: str | None = None  # the llama.cpp build's name, when neither the marker nor /props tells
+    marker: Path = MARKER
 
 
 def probe_alias(engine: Engine, alias: str, max_tokens: int = 64, log: Log = lambda m: None) -> AliasRecord:
@@ -43,45 +55,77 @@ def probe_alias(engine: Engine, alias: str, max_tokens: int = 64, log: Log = lam
                                                max_tokens, 1.0, 42)), engine.kind)
     after = engine.spec_counters(alias)
     record.runs.append(run)
-    record.spec = spec_delta(before, after, record.runs)
+    record.spec = after.minus(before) if before and after else spec_from_runs(record.runs)
     record.preset_args, record.server_build = engine.describe(alias)
     return record
 
 
+def log_findings(source: LogSource | None, gpu_count: int) -> list[Finding]:
+    if source is None:
+        return [Finding("log", INFO, "no server log to read (not under systemd, and no --log-file/--log-command), "
+                        "so GPU offload, FlashAttention kernels and vLLM's acceptance line were not checked.",
+                        "give --log-file FILE or --log-command CMD")]
+    where = f"the server log ({source.describe()})"
+    try:
+        text = source.read()
+    except (OSError, subprocess.SubprocessError) as e:
+        return [Finding("log", WARNING, f"could not read {where}: {e}", "give --log-file or --log-command")]
+    return (checks.check_offload(text, gpu_count, where) + checks.check_fa_fallback(text, where)
+            + checks.check_acceptance_log(text, where))
+
+
+def kernel_findings(nvml: Nvml, settings: DoctorSettings) -> list[Finding]:
+    try:
+        text = settings.kernel_log.read(settings.since)
+    except OSError as e:
+        return [Finding("gpu-xid", INFO, f"could not read {settings.kernel_log.describe()}: {e}",
+                        "run as root, or give --kernel-log FILE (e.g. saved `journalctl -k` output)")]
+    return checks.check_xid(checks.xid_lines(text, settings.since), nvml.pci_indexes(),
+                            settings.kernel_log.describe())
+
+
 def diagnose(engine: Engine, nvml: Nvml, source: LogSource | None, settings: DoctorSettings,
              log: Log = lambda m: None) -> list[Finding]:
-    """Every check the evidence allows; raises ServerError only when the server cannot be asked at all."""
+    """Every check the evidence allows; raises ServerError only when the server cannot be asked at all,
+    OSError when a config file given cannot be read."""
+    files = read_config_files(settings.config_files)
     loaded = engine.loaded_models()
     findings = checks.check_vram(nvml.vram_used(), settings.vram_threshold_mib, loaded)
     findings += checks.check_power_floor(nvml, settings.power_floor_w)
-    if source is not None:
-        where = f"the server log ({source.describe()})"
-        try:
-            text = source.read()
-            findings += checks.check_offload(text, nvml.count(), where)
-            findings += checks.check_fa_fallback(text, where)
-        except OSError as e:
-            findings.append(Finding("log", WARNING, f"could not read {where}: {e}", "give --log-file or --log-command"))
-    else:
-        findings.append(Finding("log", INFO, "no server log to read (not under systemd, and no "
-                                "--log-file/--log-command), so GPU offload and FlashAttention kernels "
-                                "were not checked.", "give --log-file FILE or --log-command CMD"))
+    findings += kernel_findings(nvml, settings)
+    xids = nvml.xid_watch()
+    findings += log_findings(source, nvml.count())
+    metrics = engine.metrics_text()
     lines = [settings.vllm_cmdline] if settings.vllm_cmdline else checks.vllm_command_lines()
-    findings += checks.check_enforce_eager(lines, engine.metrics_text())
+    findings += checks.check_enforce_eager(lines, metrics)
+    config = checks.vllm_config(lines, files, metrics)
+    findings += checks.check_dtype_with_speculation(config)
+    presets = router_presets(engine)
+    findings += checks.check_prefix_caching(config, presets)
+    findings += checks.check_fork_control(detect_fork(engine, presets, settings.build, settings.marker), presets)
     bandwidth = nvml.memory_bandwidth_gbs(0)
-    for alias in settings.aliases or tuple(loaded):
-        log(f"probing {alias} with one {settings.max_tokens}-token request ...")
-        try:
-            record = probe_alias(engine, alias, settings.max_tokens)
-        except ServerError as e:
-            findings.append(Finding("probe", ERROR, f"{alias}: the probe request failed: {e}",
-                                    "check the server's log for the failure"))
-            continue
-        findings += checks.check_acceptance(record)
-        if bandwidth:
-            roofline.apply(record, bandwidth, settings.model_bytes)
-            findings += checks.check_roofline(record, settings.roofline_min)
-            if record.roofline_tps:
-                s = record.summary("decode_tps")
-                log(f"  {alias}: {s.median if s else 0:.1f} t/s of a {record.roofline_tps:.1f} t/s roofline")
+    with PcieWatch(nvml) as pcie:
+        for alias in settings.aliases or tuple(loaded):
+            findings += probe_findings(engine, alias, settings, bandwidth, log)
+    findings += checks.check_pcie(list(pcie.busiest.values()), pcie.first, pcie.last)
+    findings += checks.check_xid_events(xids.poll())
+    xids.close()
+    return findings
+
+
+def probe_findings(engine: Engine, alias: str, settings: DoctorSettings, bandwidth: float | None,
+                   log: Log) -> list[Finding]:
+    log(f"probing {alias} with one {settings.max_tokens}-token request ...")
+    try:
+        record = probe_alias(engine, alias, settings.max_tokens)
+    except ServerError as e:
+        return [Finding("probe", ERROR, f"{alias}: the probe request failed: {e}",
+                        "check the server's log for the failure")]
+    findings = checks.check_acceptance(record)
+    if bandwidth:
+        roofline.apply(record, bandwidth, settings.model_bytes)
+        findings += checks.check_roofline(record, settings.roofline_min)
+        if record.roofline_tps:
+            s = record.summary("decode_tps")
+            log(f"  {alias}: {s.median if s else 0:.1f} t/s of a {record.roofline_tps:.1f} t/s roofline")
     return findings

@@ -67,6 +67,8 @@ def error_code(e: BaseException) -> int | None:
 
 NVML_ERROR_NOT_SUPPORTED = 3  # pynvml.NVML_ERROR_NOT_SUPPORTED
 NVML_ERROR_NO_PERMISSION = 4  # pynvml.NVML_ERROR_NO_PERMISSION
+NVML_ERROR_TIMEOUT = 10  # pynvml.NVML_ERROR_TIMEOUT: nvmlEventSetWait found no event in time
+EVENT_XID_CRITICAL = 0x8  # pynvml.nvmlEventTypeXidCriticalError
 
 
 class PowerLimitError(RuntimeError):
@@ -94,6 +96,94 @@ class PowerLimits:
     default_w: float | None
     min_w: float | None
     max_w: float | None
+
+
+@dataclass(frozen=True)
+class PcieLink:
+    """One GPU's PCIe link as NVML reports it; a figure the GPU does not report is None."""
+
+    index: int
+    gen: int | None
+    max_gen: int | None
+    width: int | None
+    max_width: int | None
+    replays: int | None  # nvmlDeviceGetPcieReplayCounter: link-level retransmissions since boot
+    busy_pct: int | None  # nvmlDeviceGetUtilizationRates().gpu: idle GPUs downshift their link
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """A critical Xid event NVML delivered (nvmlEventTypeXidCriticalError)."""
+
+    index: int | None  # GPU index; None when the event names no device NVML knows
+    xid: int
+
+
+class XidWatch:
+    """An NVML event set registered for critical Xid errors on every GPU that supports them.
+
+    ``poll()`` drains the events that arrived since the last call; ``unavailable`` says why
+    nothing can be watched (no NVML, or no GPU supports the event type)."""
+
+    def __init__(self, lib: Any, handles: list[Any]):
+        self._lib = lib
+        self._handles = handles
+        self._set: Any = None
+        self.unavailable: str | None = None
+        self.watched: list[int] = []
+        if lib is None:
+            self.unavailable = "NVML is not available"
+            return
+        try:
+            self._set = lib.nvmlEventSetCreate()
+        except Exception as e:
+            if error_code(e) is None:
+                raise
+            self.unavailable = f"nvmlEventSetCreate failed: {e}"
+            return
+        reasons = []
+        for i, h in enumerate(handles):
+            try:
+                lib.nvmlDeviceRegisterEvents(h, EVENT_XID_CRITICAL, self._set)
+                self.watched.append(i)
+            except Exception as e:
+                if error_code(e) is None:
+                    raise
+                reasons.append(f"GPU{i}: {e}")
+        if not self.watched:
+            self.unavailable = "no GPU accepts Xid event registration (" + "; ".join(reasons) + ")"
+
+    def poll(self) -> list[XidEvent]:
+        events: list[XidEvent] = []
+        if self._set is None or not self.watched:
+            return events
+        while True:
+            try:
+                data = self._lib.nvmlEventSetWait(self._set, 0)
+            except Exception as e:
+                if error_code(e) is None:
+                    raise
+                return events  # NVML_ERROR_TIMEOUT: nothing more is waiting
+            if data.eventType & EVENT_XID_CRITICAL:
+                events.append(XidEvent(self._index(data.device), int(data.eventData)))
+
+    def _index(self, device: Any) -> int | None:
+        # ctypes handles compare by identity, so the event's device is named by NVML itself
+        try:
+            return int(self._lib.nvmlDeviceGetIndex(device))
+        except Exception as e:
+            if error_code(e) is None:
+                raise
+            return None
+
+    def close(self) -> None:
+        if self._set is not None:
+            try:
+                self._lib.nvmlEventSetFree(self._set)
+            except Exception as e:
+                if error_code(e) is None:
+                    raise
+            self._set = None
 
 
 class Nvml:
@@ -244,6 +334,40 @@ class Nvml:
         bounds = self._optional("nvmlDeviceGetPowerManagementLimitConstraints", h)
         low, high = (bounds[0] / 1000.0, bounds[1] / 1000.0) if bounds else (None, None)
         return PowerLimits(index, current / 1000.0, None if default is None else default / 1000.0, low, high)
+
+    def pcie_links(self) -> list[PcieLink]:
+        """Every GPU's PCIe link: current and maximum generation and width, replay counter, load."""
+        if not self.available:
+            return []
+        out = []
+        for i in range(self.count()):
+            h = self._handle(i)
+            util = self._optional("nvmlDeviceGetUtilizationRates", h)
+            out.append(PcieLink(
+                i, self._optional("nvmlDeviceGetCurrPcieLinkGeneration", h),
+                self._optional("nvmlDeviceGetMaxPcieLinkGeneration", h),
+                self._optional("nvmlDeviceGetCurrPcieLinkWidth", h),
+                self._optional("nvmlDeviceGetMaxPcieLinkWidth", h),
+                self._optional("nvmlDeviceGetPcieReplayCounter", h),
+                None if util is None else int(util.gpu)))
+        return out
+
+    def pci_indexes(self) -> dict[tuple[int, int, int], int]:
+        """(PCI domain, bus, device) -> GPU index, to name the GPU of a kernel log's Xid line."""
+        if not self.available:
+            return {}
+        out = {}
+        for i in range(self.count()):
+            info = self._optional("nvmlDeviceGetPciInfo", self._handle(i))
+            if info is not None:
+                out[(int(info.domain), int(info.bus), int(info.device))] = i
+        return out
+
+    def xid_watch(self) -> XidWatch:
+        """Start watching for critical Xid events (close the watch when done)."""
+        if not self.available:
+            return XidWatch(None, [])
+        return XidWatch(self._lib, [self._handle(i) for i in range(self.count())])
 
     def set_power_limit(self, index: int, watts: float) -> None:
         """Set one GPU's power limit (needs root); raises PowerLimitError with the reason."""
