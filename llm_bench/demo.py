@@ -13,7 +13,8 @@ from pathlib import Path
 from llm_bench.report.chart import draw_chart
 from llm_bench.plan import Plan, Protocol
 from llm_bench.runner import run_plan
-from llm_bench.report import find_baseline, load_rows, markdown_table
+from llm_bench.report import find_baseline, load_sets, markdown_table, rows_of, summary
+from llm_bench.report.html import write_html
 from llm_bench.testbed.llama_server import ensure_llama_server
 from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.testbed.router import running_router
@@ -31,6 +32,7 @@ class DemoOutput:
     results: Path
     table: Path
     chart: Path
+    html: Path
 
 
 def demo_presets(target: Path, draft: Path) -> dict[str, dict[str, str | int | float | bool]]:
@@ -68,10 +70,12 @@ def run_demo(folder: Path, protocol: Protocol, log: Callable[[str], None]) -> De
         log(f"router listening on {router.url} (log: {folder / 'llama-server.log'})")
         plan = Plan(url=router.url, label="demo-cpu", output_dir=folder, protocol=protocol)
         writer = run_plan(plan, log)
-    rows = load_rows([writer.path])
+    sets = load_sets([writer.path])
+    rows = rows_of(sets)
     baseline = find_baseline(rows, BASELINE)
     table = folder / "report.md"
-    table.write_text(markdown_table(rows, baseline))
-    chart = draw_chart(rows, folder / "chart.png", baseline,
-                       title="llm-bench demo: tiny CPU models (decode t/s, faster is better)")
-    return DemoOutput(writer.path, table, chart)
+    table.write_text(summary(rows, baseline) + "\n" + markdown_table(rows, baseline))
+    title = "llm-bench demo: tiny CPU models (decode t/s, faster is better)"
+    chart = draw_chart(rows, folder / "chart.png", baseline, title=title)
+    html = write_html(folder / "report.html", sets, BASELINE, title=title, rows=rows)
+    return DemoOutput(writer.path, table, chart, html)

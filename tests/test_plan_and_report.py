@@ -50,7 +50,7 @@ def test_bad_plan_on_the_command_line_exits_nonzero(tmp_path):
     plan_file = tmp_path / "plan.toml"
     plan_file.write_text("[protocol]\nrun = 3\n")
     result = CliRunner().invoke(main, ["run", "--plan", str(plan_file)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "unknown key(s) run" in result.output
 
 

@@ -69,7 +69,7 @@ def test_bad_plan_value_on_the_command_line_is_one_line_and_nonzero(tmp_path):
     plan_file = tmp_path / "plan.toml"
     plan_file.write_text('[protocol]\nruns = "x"\n')
     result = CliRunner().invoke(main, ["run", "--plan", str(plan_file)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "runs must be a whole number (at least 1), not 'x'" in result.output
     assert "Traceback" not in result.output
     assert isinstance(result.exception, SystemExit)  # a clean exit, not an exception escaping the command

@@ -66,14 +66,14 @@ def test_without_root_nothing_changes_and_the_error_says_so(router, fake_env, tm
     result = CliRunner().invoke(main, ["power", "--url", router.url, "--alias", "tiny-plain", "--limits", "250",
                                        "--runs", "1", "--max-tokens", "8", "--settle", "0",
                                        "--output-dir", str(tmp_path)])
-    assert result.exit_code == 1 and "needs root" in result.output
+    assert result.exit_code == 2 and "needs root" in result.output
     assert limits(fake_env) == [350000, 300000] and not state_path().exists()
 
 
 def test_limit_outside_the_range_is_refused_before_any_change(router, fake_env, tmp_path):
     result = CliRunner().invoke(main, ["power", "--url", router.url, "--limits", "250,450", "--runs", "1",
                                        "--settle", "0", "--output-dir", str(tmp_path)])
-    assert result.exit_code == 1 and "100 to 400 W" in result.output
+    assert result.exit_code == 2 and "100 to 400 W" in result.output
     assert limits(fake_env) == [350000, 300000] and not state_path().exists()
 
 

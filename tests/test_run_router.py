@@ -119,18 +119,18 @@ def test_report_and_chart(full_run, tmp_path):
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert b"<svg" in (tmp_path / "chart.svg").read_bytes()[:500]
     bad = invoke("report", str(path), "--baseline", "nope")
-    assert bad.exit_code == 1 and "baseline 'nope' is not among" in bad.output
+    assert bad.exit_code == 2 and "baseline 'nope' is not among" in bad.output
 
 
 def test_dead_server_gives_a_clear_error(tmp_path):
     result = invoke("run", "--url", f"http://127.0.0.1:{free_port()}", "--output-dir", str(tmp_path))
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "cannot connect" in result.output and "is the server running" in result.output
 
 
 def test_unknown_alias_gives_a_clear_error(router, tmp_path):
     result = invoke("run", "--url", router.url, "--alias", "nope", "--output-dir", str(tmp_path))
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "unknown preset(s) nope" in result.output
     assert "tiny-plain" in result.output  # names what the router does list
     assert not list(tmp_path.glob("*.toml"))

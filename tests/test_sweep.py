@@ -143,6 +143,8 @@ ready_timeout_s = 30
     assert "| vs base / tiny-plain |" in report
     assert "| llm-fa86 / tiny-synth |" in report
     assert (out / "chart.png").read_bytes()[:4] == b"\x89PNG"
+    page = (out / "report.html").read_text()
+    assert "<svg" in page and "llm-fa86 / tiny-synth" in page and "fastest on openai" in page
 
 
 def test_failure_in_the_middle_switches_back_keeps_results_and_resumes(bed):
@@ -205,7 +207,7 @@ def test_bad_sweep_plans(tmp_path):
     plan = tmp_path / "sweep.toml"
     plan.write_text('[[targets]]\nname = "x"\nengine = "openai"\n')
     result = invoke("sweep", "--plan", str(plan))
-    assert result.exit_code == 1 and "needs url, up_command, down_command" in result.output
+    assert result.exit_code == 2 and "needs url, up_command, down_command" in result.output
     plan.write_text('marker = "/nonexistent/active.json"\n[[targets]]\nname = "base"\n')
     result = invoke("sweep", "--plan", str(plan))
-    assert result.exit_code == 1 and "no marker at /nonexistent/active.json" in result.output
+    assert result.exit_code == 2 and "no marker at /nonexistent/active.json" in result.output

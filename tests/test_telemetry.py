@@ -119,4 +119,4 @@ def test_telemetry_command_prints_summary_and_draws_chart(router, tmp_path):
 def test_telemetry_command_without_telemetry_fails_clearly(router, tmp_path):
     path = measure(router, tmp_path, FakeNvml(init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED))
     result = CliRunner().invoke(main, ["telemetry", str(path)])
-    assert result.exit_code == 1 and "no record carries telemetry" in result.output
+    assert result.exit_code == 2 and "no record carries telemetry" in result.output

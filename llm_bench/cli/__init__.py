@@ -17,6 +17,7 @@ from llm_bench.cli.report import report, telemetry
 from llm_bench.cli.run import run
 from llm_bench.cli.soak import soak
 from llm_bench.cli.sweep import sweep
+from llm_bench.cli.tune import tune
 from llm_bench.gpu.power import restore_leftover
 
 
@@ -31,5 +32,5 @@ def main() -> None:
         log(f"llm-bench: could not check for power limits to restore: {e}")
 
 
-for command in (run, report, demo, sweep, engine, doctor, power, soak, telemetry):
+for command in (run, report, demo, sweep, engine, doctor, power, soak, telemetry, tune):
     main.add_command(command)

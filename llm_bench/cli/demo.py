@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from llm_bench.cli.exits import Aborted, CouldNotRun
 from llm_bench.cli.options import apply_protocol_flags, log, protocol_options
 from llm_bench.demo import run_demo
 from llm_bench.engines.errors import ServerError
@@ -24,10 +25,12 @@ def demo(output_dir, **flags) -> None:
     """Build or find a CPU llama-server, serve tiny models and run the full protocol on them."""
     try:
         out = run_demo(output_dir, apply_protocol_flags(Protocol(), flags), log)
-    except (PlanError, RunAborted, ServerError, RouterStartError, LlamaServerNotFound) as e:
-        raise click.ClickException(str(e)) from e
+    except RunAborted as e:
+        raise Aborted(str(e)) from e
+    except (PlanError, ServerError, RouterStartError, LlamaServerNotFound) as e:
+        raise CouldNotRun(str(e)) from e
     except subprocess.CalledProcessError as e:
-        raise click.ClickException(f"building llama-server failed: {e}; the output above says why "
+        raise CouldNotRun(f"building llama-server failed: {e}; the output above says why "
                                    "(set LLAMA_SERVER=/path/to/llama-server to use an existing one)") from e
     click.echo(out.table.read_text())
-    log(f"Results: {out.results}\nTable:   {out.table}\nChart:   {out.chart}")
+    log(f"Results: {out.results}\nTable:   {out.table}\nChart:   {out.chart}\nHTML:    {out.html}")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from llm_bench.cli.exits import CouldNotRun
 from llm_bench.cli.options import log
 from llm_bench.engines.errors import ServerError
 from llm_bench.plan import PlanError, read_key_file
@@ -49,7 +50,7 @@ def read_api_key(path: Path | None, env_file: Path | None = None) -> str | None:
         try:
             return read_key_file(path)
         except PlanError as e:
-            raise click.ClickException(str(e)) from e
+            raise CouldNotRun(str(e)) from e
     if os.environ.get(API_KEY_ENV):
         return os.environ[API_KEY_ENV]
     return key_from_env_file(env_file) if env_file is not None else None

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from llm_bench.cli.exits import CouldNotRun
 from llm_bench.cli.options import list_option, log, open_server, server_options
 from llm_bench.engines import select_models
 from llm_bench.engines.errors import ServerError
@@ -66,7 +67,7 @@ def power(limits, gpus, url, engine, api_key_file, api_key_env, metrics_url, ali
     path; if the process is killed, the next llm-bench start restores them."""
     with Nvml() as nvml:
         if not nvml.available:
-            raise click.ClickException(f"NVML is not available: {nvml.unavailable}")
+            raise CouldNotRun(f"NVML is not available: {nvml.unavailable}")
         if show:
             for i in range(nvml.count()):
                 lim = nvml.power_limits(i)
@@ -95,7 +96,7 @@ def power(limits, gpus, url, engine, api_key_file, api_key_env, metrics_url, ali
             results = p.sweep(nvml, chosen, watts, measurer(server, request, runs, nvml, log), log,
                               settle_s=settle_s)
         except (PowerLimitError, ServerError, PlanError) as e:
-            raise click.ClickException(str(e)) from e
+            raise CouldNotRun(str(e)) from e
         finally:
             server.close()
     path = write_new(output_dir, results_stem(datetime.now(timezone.utc), f"power-{model}"),

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from llm_bench.cli.exits import Aborted, CouldNotRun, RanWithFailures
 from llm_bench.cli.options import api_key_source, apply_protocol_flags, list_option, log, protocol_options, server_options
 from llm_bench.engines.errors import ServerError
 from llm_bench.plan import Checks, Plan, PlanError, load_plan_file, plan_from_mapping
@@ -48,10 +49,12 @@ def run(url, plan_file, aliases, label, output_dir, engine, api_key_file, api_ke
                 ("power_floor_w", power_floor_w), ("roofline_min", roofline_min)) if v is not None}),
         )
         writer = run_plan(plan, log)
-    except (PlanError, RunAborted, ServerError) as e:
-        raise click.ClickException(str(e)) from e
+    except RunAborted as e:
+        raise Aborted(str(e)) from e
+    except (PlanError, ServerError) as e:
+        raise CouldNotRun(str(e)) from e
     log(f"Results written to {writer.path}")
     rows = load_rows([writer.path])
     click.echo(markdown_table(rows))
     if any(r.record.errors for r in rows):
-        raise click.ClickException(f"some aliases failed; see the errors column and {writer.path}")
+        raise RanWithFailures(f"some aliases failed; see the errors column and {writer.path}")

@@ -1,4 +1,4 @@
-"""``llm-bench soak``: bounded mixed traffic against one model; failures, percentiles and drift."""
+"""``llm-bench soak``: bounded mixed traffic against one model; failures, restarts, GPU errors, percentiles, drift."""
 
 from __future__ import annotations
 
@@ -10,11 +10,28 @@ import click
 from llm_bench.cli.gpu import run_meta, write_new
 from llm_bench.cli.options import log, open_server, server_options
 from llm_bench.diagnostics import soak as s
+from llm_bench.diagnostics.gpu_errors import GpuErrorWatch, KernelLog
+from llm_bench.diagnostics.restarts import CounterWatch, RestartWatch, RouterInstanceWatch
+from llm_bench.diagnostics.server_log import JOURNAL_UNIT, journal_available
 from llm_bench.engines import select_models
 from llm_bench.engines.errors import ServerError
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.plan import DEFAULT_URL
 from llm_bench.results import results_stem
+
+DEFAULT_MIX = ",".join(f"{k}={v}" for k, v in s.DEFAULT_MIX.items())
+
+
+def restart_watches(server, unit: str | None, container: str | None) -> list[RestartWatch]:
+    watches: list[RestartWatch] = []
+    if server.kind == "llama-cpp":
+        watches.append(RouterInstanceWatch(server.base_url, dict(server.client.http.headers)))
+    unit = unit or (JOURNAL_UNIT if journal_available() else None)
+    if unit:
+        watches.append(CounterWatch.systemd(unit))
+    if container:
+        watches.append(CounterWatch.container(container))
+    return watches
 
 
 @click.command()
@@ -25,15 +42,32 @@ from llm_bench.results import results_stem
 @click.option("--max-tokens", type=int, default=128, show_default=True)
 @click.option("--burst", type=int, default=4, show_default=True, help="Streams in each concurrent burst.")
 @click.option("--long-tokens", type=int, default=4000, show_default=True, help="Approximate long-prompt tokens.")
+@click.option("--mix", default=DEFAULT_MIX, show_default=True,
+              help=f"Request kinds and their weights, e.g. prose=2,tool=1 (kinds: {', '.join(s.KINDS)}); "
+                   "kinds not named are not sent.")
+@click.option("--unit", help=f"systemd unit whose restarts count (default: {JOURNAL_UNIT} when it is active).")
+@click.option("--container", help="Container whose restarts count (docker inspect RestartCount), e.g. for HyperQwen.")
+@click.option("--kernel-log", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A file of kernel log lines to watch for new Xid lines (default: journalctl -k, else dmesg).")
+@click.option("--kernel-log-command", help="A shell command printing kernel log lines.")
 @click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True)
 @click.option("--max-failures", type=int, default=0, show_default=True, help="Exit 1 above this many failures.")
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True)
 @click.option("--chart", "chart_path", type=click.Path(dir_okay=False, path_type=Path))
-def soak(url, engine, api_key_file, api_key_env, metrics_url, alias, duration_s, max_requests, max_tokens, burst, long_tokens, timeout_s,
-         max_failures, output_dir, chart_path) -> None:
-    """Bounded mixed traffic (prose, code, JSON, long prompts, concurrent streams): failures, percentiles, drift."""
+def soak(url, engine, api_key_file, api_key_env, metrics_url, alias, duration_s, max_requests, max_tokens, burst,
+         long_tokens, mix, unit, container, kernel_log, kernel_log_command, timeout_s, max_failures, output_dir,
+         chart_path) -> None:
+    """Bounded mixed traffic (prose, code, JSON, long prompts, concurrent streams, tool calls, thinking, images):
+    failures by kind, restarts, new GPU errors, percentiles and drift.
+
+    Exits 1 above --max-failures failures, or on any restart or new GPU error."""
     url = url or DEFAULT_URL
+    try:
+        settings = s.SoakSettings(duration_s, max_requests, max_tokens, burst, long_tokens, mix=s.parse_mix(mix))
+        settings.check()
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from e
     server = open_server(url, engine, api_key_file, api_key_env, metrics_url, timeout_s)
     try:
         with Nvml() as nvml:
@@ -43,23 +77,23 @@ def soak(url, engine, api_key_file, api_key_env, metrics_url, alias, duration_s,
                     select_models(server, (alias,))
             except ServerError as e:
                 raise click.ClickException(str(e)) from e
-            log(f"Soaking {model} at {url} for at most {duration_s:.0f} s / {max_requests} requests")
+            log(f"Soaking {model} at {url} for at most {duration_s:.0f} s / {max_requests} requests (mix {mix})")
             meta = run_meta("soak", url, nvml) | {"alias": model, "max_tokens": max_tokens}
-            try:
-                result = s.soak(server, model, duration_s=duration_s, max_requests=max_requests,
-                                max_tokens=max_tokens, concurrency=burst, long_tokens=long_tokens,
-                                nvml=nvml, log=log)
-            except ValueError as e:
-                raise click.ClickException(str(e)) from e
+            result = s.soak(server, model, settings, nvml=nvml,
+                            restarts=restart_watches(server, unit, container),
+                            gpu_errors=GpuErrorWatch(nvml, KernelLog(kernel_log, kernel_log_command)), log=log)
     finally:
         server.close()
     path = write_new(output_dir, results_stem(datetime.now(timezone.utc), f"soak-{model}"),
-                       {"meta": meta, "soak": result.to_toml()})
+                     {"meta": meta, "soak": result.to_toml()})
     log(f"Results written to {path}")
     click.echo(s.markdown(result), nl=False)
     if chart_path:
         s.draw_soak_chart(result, chart_path)
         log(f"Chart written to {chart_path}")
     failed = sum(result.failures.values())
-    if failed > max_failures:
-        raise click.ClickException(f"{failed} request(s) failed (allowed: {max_failures})")
+    problems = ([f"{failed} request(s) failed (allowed: {max_failures})"] if failed > max_failures else []) \
+        + ([f"{result.restart_count} server restart(s)"] if result.restart_count else []) \
+        + ([f"{result.gpu_error_count} new GPU error(s)"] if result.gpu_error_count else [])
+    if problems:
+        raise click.ClickException("; ".join(problems))

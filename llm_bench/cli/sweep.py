@@ -10,7 +10,9 @@ import click
 from llm_bench.cli.options import apply_protocol_flags, log, protocol_options
 from llm_bench.engines.errors import ServerError
 from llm_bench.plan import PlanError, load_plan_file
-from llm_bench.report import find_baseline, load_rows, markdown_table, summary
+from llm_bench.cli.exits import CouldNotRun, Interrupted, RanWithFailures
+from llm_bench.report import find_baseline, load_sets, markdown_table, rows_of, summary
+from llm_bench.report.html import write_html
 from llm_bench.report.chart import draw_chart
 from llm_bench.support.plotting import ChartError
 from llm_bench.sweep import SweepError, default_baseline, run_sweep, sweep_plan_from_mapping
@@ -31,13 +33,14 @@ def sweep(plan_file, baseline, **flags) -> None:
         plan = replace(plan, protocol=apply_protocol_flags(plan.protocol, flags))
         outcome = run_sweep(plan, log)
     except (PlanError, SweepError, ServerError) as e:
-        raise click.ClickException(str(e)) from e
+        raise CouldNotRun(str(e)) from e
     except KeyboardInterrupt:
-        raise click.ClickException("interrupted; the machine was switched back and what was measured is kept: "
+        raise Interrupted("interrupted; the machine was switched back and what was measured is kept: "
                                    "run the same command again to resume") from None
     if outcome.merged is None:
-        raise click.ClickException("nothing was measured: " + "; ".join(f"{k}: {v}" for k, v in outcome.failures.items()))
-    rows = load_rows([outcome.merged])
+        raise RanWithFailures("nothing was measured: " + "; ".join(f"{k}: {v}" for k, v in outcome.failures.items()))
+    sets = load_sets([outcome.merged])
+    rows = rows_of(sets)
     try:
         base = find_baseline(rows, baseline or default_baseline(plan))
     except ValueError as e:
@@ -50,8 +53,11 @@ def sweep(plan_file, baseline, **flags) -> None:
         draw_chart(rows, plan.output_dir / "chart.png", base, "Decode speed by configuration, all targets")
     except ChartError as e:
         log(f"no chart: {e}")
+    write_html(plan.output_dir / "report.html", sets, base.configuration if base else None, rows=rows,
+               title="llm-bench sweep: decode speed by configuration", failures=outcome.failures)
     click.echo(text + "\n" + table)
-    log(f"Merged results: {outcome.merged}\nReport: {plan.output_dir / 'report.md'}\nChart: {plan.output_dir / 'chart.png'}")
+    log(f"Merged results: {outcome.merged}\nReport: {plan.output_dir / 'report.md'}\nChart: {plan.output_dir / 'chart.png'}"
+        f"\nHTML report: {plan.output_dir / 'report.html'}")
     if outcome.failures:
-        raise click.ClickException(f"{len(outcome.failures)} target(s) failed: {', '.join(outcome.failures)}; "
+        raise RanWithFailures(f"{len(outcome.failures)} target(s) failed: {', '.join(outcome.failures)}; "
                                    "fix them and run the same command again to measure only what is missing")
