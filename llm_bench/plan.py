@@ -231,6 +231,10 @@ class Checks:
     power_floor_w: float | None = field(default=None, metadata={"min": 0.0})  # warn when a GPU's limit is below this
     # warn when decode reaches less than this fraction of the roofline
     roofline_min: float = field(default=0.25, metadata={"min": 0.0, "max": 1.0})
+    # the llama.cpp build's name (e.g. "llamampere") when neither the marker nor /props says which it is
+    build: str | None = None
+    marker: Path = Path("/etc/llama-cpp/active.json")  # the NixOS module's note of the active package
+    kernel_log: Path | None = None  # kernel log lines to watch for Xid errors; default: journalctl -k or dmesg
 
     def __post_init__(self) -> None:
         check_fields(self)

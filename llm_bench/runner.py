@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 
 from llm_bench import __version__
 from llm_bench.engines.errors import ServerError, ServerUnreachable
-from llm_bench.diagnostics.in_run import InRunChecks
+from llm_bench.diagnostics.in_run import InRunChecks, before_the_run
 from llm_bench.engines import Engine, open_engine, select_models
 from llm_bench.gpu.nvml import Nvml, VramReading
 from llm_bench.plan import Plan, Protocol
@@ -162,13 +162,14 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
     try:
         with nvml or Nvml() as gpus:
             aliases = [a for a in select_models(engine, plan.aliases) if not skip(a)]
+            early = before_the_run(engine, aliases, plan.checks, log)
             writer = ResultsWriter(plan.output_dir, ResultSet(provenance(plan, engine, gpus, started_at)),
                                    results_stem(started_at, plan.label or "run"))
             log(f"Results: {writer.path}")
             for n, alias in enumerate(aliases, 1):
                 log(f"Benchmark {n}/{len(aliases)}: {alias}")
                 t0 = time.perf_counter()
-                checks = InRunChecks(gpus, log, plan.checks)
+                checks = InRunChecks(gpus, log, plan.checks, early.get(alias, ()))
                 checks.start()
                 try:
                     with sampling(gpus):

@@ -295,3 +295,40 @@ def test_doctor_reports_the_reports_vllm_traps_and_xid_lines_with_exit_1(fake_nv
     assert "ERROR [gpu-xid] GPU0 (PCI 0000:01:00) logged Xid 13" in out and "3 time(s)" in out
     assert "ERROR [gpu-xid] GPU1 (PCI 0000:41:00) logged Xid 79" in out
     assert "WARNING [prefix-cache] prefix caching is off (" in out and "PREFIX_CACHE=0" in out
+
+
+# --- the llamAmpere fork: a control preset needs spec-type = none (real router, the fork simulated) ---
+
+def fork_bed_ini(tiny_models) -> str:
+    return render_presets_ini({
+        "ampere-none": {"model": str(tiny_models["target"]), "spec-type": "none"},
+        "ampere-plain": {"model": str(tiny_models["target"])},
+        "ampere-ngram": {"model": str(tiny_models["target"]), "spec-type": "ngram-simple"},
+    })
+
+
+def test_doctor_flags_a_control_preset_without_spec_type_on_the_fork(router_factory, tiny_models, fake_nvml):
+    fake_nvml(FakeNvml())
+    router = router_factory(fork_bed_ini(tiny_models))
+    result = doctor("--url", router.url, "--build", "llamampere")
+    assert result.exit_code == 0, result.output
+    [line] = [l for l in result.output.splitlines() if "[fork-control]" in l]
+    assert line.startswith("WARNING [fork-control] ampere-plain: the server is the llamAmpere fork (--build llamampere)")
+    assert "add `spec-type = none` to the preset ampere-plain" in line
+    # the stock build (this router's own /props build_info and binary): nothing to say
+    assert "[fork-control]" not in doctor("--url", router.url).output
+
+
+def test_run_warns_when_its_baseline_is_no_control_on_the_fork(router_factory, tiny_models, tmp_path):
+    router = router_factory(fork_bed_ini(tiny_models))
+    marker = tmp_path / "active.json"  # what the flake writes on the llm-llamampere specialisation
+    marker.write_text('{"specialisation": "llm-llamampere", "package": {"name": "llamampere", "version": "0.5.1"}}\n')
+    logs: list[str] = []
+    plan = Plan(url=router.url, aliases=("ampere-plain", "ampere-none"), output_dir=tmp_path,
+                protocol=Protocol(runs=1, max_tokens=4), checks=Checks(marker=marker))
+    records = {r.alias: r for r in load_results(run_plan(plan, logs.append, nvml=Nvml(FakeNvml())).path).aliases}
+    [said] = [l for l in logs if "fork-control" in l]
+    assert said.startswith("!!! WARNING [fork-control] ampere-plain:") and "active.json package llamampere" in said
+    assert logs.index(said) < next(i for i, l in enumerate(logs) if l.startswith("Benchmark 1/"))  # before measuring
+    assert any(w.startswith("DOCTOR fork-control: ampere-plain:") for w in records["ampere-plain"].warnings)
+    assert not any("fork-control" in w for w in records["ampere-none"].warnings)

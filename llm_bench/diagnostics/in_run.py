@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from llm_bench.diagnostics.checks import check_fa_fallback, check_offload, check_power_floor, check_roofline
+from llm_bench.diagnostics.checks import (
+    check_acceptance_log,
+    check_fa_fallback,
+    check_fork_control,
+    check_offload,
+    check_pcie,
+    check_power_floor,
+    check_roofline,
+    check_xid,
+    check_xid_events,
+)
+from llm_bench.diagnostics.evidence import detect_fork, router_presets
 from llm_bench.diagnostics.findings import INFO, Finding
+from llm_bench.diagnostics.gpu_errors import GpuErrorWatch, KernelLog, PcieWatch
 from llm_bench.diagnostics.server_log import log_source
+from llm_bench.engines import Engine
 from llm_bench.gpu import roofline
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.plan import Checks
@@ -16,15 +29,33 @@ from llm_bench.results import AliasRecord
 Log = Callable[[str], None]
 
 
+def before_the_run(engine: Engine, aliases: Sequence[str], settings: Checks, log: Log) -> dict[str, list[Finding]]:
+    """What can be said of the aliases before any is measured: a control preset on the llamAmpere fork
+    without ``spec-type = none`` (the fork defaults --spec-type to auto, so it would speculate)."""
+    presets = router_presets(engine)
+    fork = detect_fork(engine, presets, settings.build, settings.marker)
+    out: dict[str, list[Finding]] = {}
+    for alias in aliases:
+        found = check_fork_control(fork, {alias: presets[alias]} if alias in presets else {})
+        for finding in found:
+            log(f"!!! {finding.text()}")
+        if found:
+            out[alias] = found
+    return out
+
+
 class InRunChecks:
     """The doctor's checks around one alias of ``llm-bench run``; findings become record warnings."""
 
-    def __init__(self, nvml: Nvml, log: Log, settings: Checks = Checks()):
+    def __init__(self, nvml: Nvml, log: Log, settings: Checks = Checks(), carried: Sequence[Finding] = ()):
         self.nvml = nvml
         self.log = log
         self.source = log_source(settings.log_file, settings.log_command)
         self.floor_w = settings.power_floor_w
         self.min_fraction = settings.roofline_min
+        self.carried = list(carried)  # found before the run (before_the_run), attached to this alias's records
+        self.gpu_errors = GpuErrorWatch(nvml, KernelLog(file=settings.kernel_log))
+        self.pcie = PcieWatch(nvml)
         self._mark = 0
 
     def _read(self) -> str | None:
@@ -37,18 +68,28 @@ class InRunChecks:
             return None
 
     def start(self) -> None:
-        """Before the alias is loaded: remember where its part of the log begins."""
+        """Before the alias is loaded: remember where its part of the logs begins; watch the GPUs."""
         text = self._read()
         self._mark = len(text) if text is not None else 0
+        self.gpu_errors.start()
+        self.pcie.__enter__()
+
+    def _gpu_findings(self) -> list[Finding]:
+        self.pcie.__exit__(None, None, None)
+        findings = check_pcie(list(self.pcie.busiest.values()), self.pcie.first, self.pcie.last)
+        lines, events = self.gpu_errors.stop()
+        findings += check_xid(lines, self.nvml.pci_indexes(), self.gpu_errors.log.describe())
+        return findings + check_xid_events(events)
 
     def finish(self, records: list[AliasRecord]) -> list[Finding]:
-        findings: list[Finding] = check_power_floor(self.nvml, self.floor_w)
+        findings: list[Finding] = self.carried + check_power_floor(self.nvml, self.floor_w) + self._gpu_findings()
         text = self._read()
         if text is not None:
             since = text[self._mark:] if len(text) >= self._mark else text  # a rotated log starts over
             where = f"the server log ({self.source.describe()})"
             findings += [f for f in check_offload(since, self.nvml.count(), where) if f.severity != INFO]
             findings += check_fa_fallback(since, where)
+            findings += check_acceptance_log(since, where)
         bandwidth = self.nvml.memory_bandwidth_gbs(0) if self.nvml.available else None
         for record in records:
             if bandwidth and record.preset_args:
@@ -59,6 +100,6 @@ class InRunChecks:
             for finding in findings + own:
                 if finding.warning() not in record.warnings:
                     record.warnings.append(finding.warning())
-        for finding in findings:
+        for finding in findings[len(self.carried):]:
             self.log(f"  !!! {finding.text()}")
         return findings
