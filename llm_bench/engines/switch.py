@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping
@@ -130,22 +131,59 @@ class BringUpResult:
 
 def run_command(command: str, *, what: str, workdir: Path | None = None, env: Mapping[str, str] | None = None,
                 timeout: float = 3600.0, log: Log = _quiet) -> str:
-    """Run a shell command line; raise SwitchError with its output's tail when it fails."""
+    """Run a shell command line; raise SwitchError with its output's tail when it fails.
+
+    The command runs in its own process group (session), and on a timeout or Ctrl-C the whole group
+    is killed: whatever the shell started (a compose up, a server) must not keep running while the
+    sweep moves on."""
     log(f"{what}: {command}" + (f"  (in {workdir})" if workdir else ""))
     try:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             command, shell=True, cwd=workdir, env={**os.environ, **(env or {})},
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, errors="replace", timeout=timeout,
+            text=True, errors="replace", start_new_session=True,
         )
-    except subprocess.TimeoutExpired as e:
-        raise SwitchError(f"{what}: `{command}` did not finish within {timeout:.0f} s") from e
     except OSError as e:  # e.g. a workdir that does not exist
         raise SwitchError(f"{what}: cannot run `{command}`: {e}") from e
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        kill_group(proc)
+        raise SwitchError(f"{what}: `{command}` did not finish within {timeout:.0f} s; it and what it started "
+                          "were killed") from e
+    except BaseException:  # Ctrl-C (KeyboardInterrupt) or anything else: nothing it started may outlive us
+        kill_group(proc)
+        raise
     if proc.returncode != 0:
-        tail = proc.stdout.strip()[-2000:]
+        tail = output.strip()[-2000:]
         raise SwitchError(f"{what}: `{command}` exited with code {proc.returncode}" + (f":\n{tail}" if tail else ""))
-    return proc.stdout
+    return output
+
+
+def kill_group(proc: subprocess.Popen, grace: float = 5.0) -> None:
+    """SIGTERM the process group a command leads, then SIGKILL what is left after ``grace`` seconds."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break  # the group is gone
+        try:
+            proc.communicate(timeout=grace)
+        except subprocess.TimeoutExpired:
+            continue  # a pipe held open by a survivor, or the leader itself: escalate
+        if not _group_alive(proc.pid):
+            break
+    proc.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def router_answers(url: str, timeout: float = 5.0) -> bool:
