@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import tomllib
+from datetime import datetime, timezone
+from pathlib import Path
 
+import httpx
 import pytest
 from click.testing import CliRunner
 
 from llm_bench.cli import main
-from llm_bench.diagnostics.soak import KINDS, SoakRequest, SoakResult, analyse, trend
+from llm_bench.diagnostics.gpu_errors import GpuErrorWatch, KernelLog
+from llm_bench.diagnostics.restarts import RouterInstanceWatch
+from llm_bench.diagnostics.soak import markdown
+from llm_bench.diagnostics.soak import soak as run_soak
+from llm_bench.engines import open_engine
+from llm_bench.gpu.nvml import Nvml
+from llm_bench.support.poll import poll_until
+from tests.fake_nvml import FakeNvml
+from llm_bench.diagnostics.soak import SoakRequest, SoakResult, SoakSettings, analyse, parse_mix, schedule, trend
 from llm_bench.testbed.router import free_port
+
+PLAIN_KINDS = ("prose", "code", "json", "long", "concurrent")
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def soak(*args: str):
@@ -19,12 +35,12 @@ def soak(*args: str):
 def test_bounded_by_request_count_with_every_kind(router, tmp_path):
     chart = tmp_path / "soak.png"
     result = soak("--url", router.url, "--alias", "tiny-plain", "--duration", "120", "--max-requests", "9",
-                  "--max-tokens", "16", "--burst", "2", "--long-tokens", "300",
+                  "--max-tokens", "16", "--burst", "2", "--long-tokens", "300", "--mix", ",".join(PLAIN_KINDS),
                   "--output-dir", str(tmp_path), "--chart", str(chart))
     assert result.exit_code == 0, result.output
     data = tomllib.loads(next(tmp_path.glob("*soak*.toml")).read_text())["soak"]
     assert data["requests_total"] == 9 and data["requests_failed"] == 0 and data["stopped_by"] == "max-requests"
-    assert {r["kind"] for r in data["requests"]} == set(KINDS)
+    assert {r["kind"] for r in data["requests"]} == set(PLAIN_KINDS)
     assert sum(r["kind"] == "concurrent" for r in data["requests"]) == 2
     assert data["ttft_ms"]["p50"] > 0 and data["decode_tps"]["p90"] > 0
     assert {t["metric"] for t in data["trends"]} >= {"decode_tps", "ttft_ms"}
@@ -33,7 +49,7 @@ def test_bounded_by_request_count_with_every_kind(router, tmp_path):
 
 def test_bounded_by_duration(router, tmp_path):
     result = soak("--url", router.url, "--alias", "tiny-plain", "--duration", "2", "--max-requests", "100000",
-                  "--max-tokens", "8", "--long-tokens", "200", "--output-dir", str(tmp_path))
+                  "--max-tokens", "8", "--long-tokens", "200", "--mix", "prose,code", "--output-dir", str(tmp_path))
     assert result.exit_code == 0, result.output
     data = tomllib.loads(next(tmp_path.glob("*soak*.toml")).read_text())["soak"]
     assert data["stopped_by"] == "duration" and data["duration_s"] < 20
@@ -42,20 +58,17 @@ def test_bounded_by_duration(router, tmp_path):
 def test_failures_are_counted_by_kind(tmp_path, router):
     dead = f"http://127.0.0.1:{free_port()}"
     result = soak("--url", router.url, "--alias", "tiny-plain", "--duration", "30", "--max-requests", "2",
-                  "--max-tokens", "8", "--output-dir", str(tmp_path))
+                  "--max-tokens", "8", "--mix", "prose", "--output-dir", str(tmp_path))
     assert result.exit_code == 0
-    from llm_bench.engines import open_engine
-    from llm_bench.diagnostics.soak import soak as run_soak
-
     engine = open_engine("llama-cpp", dead, timeout=5)
     try:
-        outcome = run_soak(engine, "tiny-plain", duration_s=30, max_requests=10, max_tokens=8)
+        outcome = run_soak(engine, "tiny-plain", SoakSettings(30, 10, max_tokens=8, mix={"prose": 1}))
     finally:
         engine.close()
     assert outcome.failures == {"unreachable": 3} and outcome.stopped_by == "server unreachable"
     engine = open_engine("llama-cpp", router.url, timeout=30)
     try:
-        outcome = run_soak(engine, "no-such-model", duration_s=30, max_requests=2, max_tokens=8)
+        outcome = run_soak(engine, "no-such-model", SoakSettings(30, 2, max_tokens=8, mix={"prose": 1}))
     finally:
         engine.close()
     assert outcome.failures == {"http": 2}
@@ -73,3 +86,91 @@ def test_steady_vram_growth_is_flagged_as_a_leak():
     analyse(flat)
     assert not flat.warnings
     assert trend("x", [(0.0, 1.0), (60.0, 2.0), (120.0, 3.0)]).slope_per_min == pytest.approx(1.0)
+
+
+def test_the_mix_is_weighted_and_checked():
+    assert schedule(parse_mix("prose=2,code,tool=1")) == ["prose", "code", "tool", "prose"]
+    assert schedule(parse_mix("image=0,json=1")) == ["json"]
+    for bad, said in (("prose,video", "unknown request kind 'video'"), ("prose=x", "whole number"),
+                      ("prose=0", "sends nothing")):
+        with pytest.raises(ValueError, match=said):
+            parse_mix(bad)
+    result = soak("--url", "http://127.0.0.1:9", "--duration", "5", "--max-requests", "1", "--mix", "prose,video")
+    assert result.exit_code == 2 and "unknown request kind 'video'" in result.output
+
+
+def instance_pid(router, alias: str) -> int:
+    """The router's model-instance process serving ``alias`` (a child of the router)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            argv = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == router.process.pid and alias.encode() in argv:
+            return int(stat.parent.name)
+    raise AssertionError(f"no instance process for {alias} under router pid {router.process.pid}")
+
+
+def test_soak_with_the_real_small_model_every_kind_a_restart_and_a_gpu_error(router_factory, smollm2, tmp_path):
+    """SmolLM2-135M through llama.cpp: plain kinds answer; its chat template declares no tool calls and it
+    answers the tool request in prose (recorded as a failure, not hidden); it has no thinking and no
+    vision (skipped, with /props as the reason). Its instance is killed mid-soak: one restart. A Xid line
+    reaches the kernel log and NVML reports the Xid: one new GPU error."""
+    router = router_factory(f"[smol]\nmodel = {smollm2}\nctx-size = 2048\n")
+    kernel_log = tmp_path / "kern.log"
+    kernel_log.write_text((FIXTURES / "kernel-xid.log").read_text())  # old Xids: not new
+    fake = FakeNvml()
+    xid = "NVRM: Xid (PCI:0000:01:00): 13, pid=4242, name=llama-server, Graphics SM Warp Exception on " \
+          "(GPC 0, TPC 0, SM 0): Out Of Range Address"
+    lines: list[str] = []
+
+    def log(line: str) -> None:
+        lines.append(line)
+        if sum("] " in l for l in lines) == 3 and "] json" in line:  # after the third request: the faults
+            os.kill(instance_pid(router, "smol"), signal.SIGKILL)
+            # a crash between requests: the router has noticed it before the next request is sent
+            assert poll_until(lambda: httpx.get(f"{router.url}/models").json()["data"][0]["status"].get("failed"),
+                              timeout=30, interval=0.1)
+            with kernel_log.open("a") as f:
+                f.write(f"{datetime.now(timezone.utc).isoformat()} {xid}\n")
+            fake.raise_xid(0, 13)
+
+    engine = open_engine("llama-cpp", router.url, timeout=120)
+    try:
+        with Nvml(fake) as nvml:
+            result = run_soak(engine, "smol", SoakSettings(300, 8, max_tokens=4, concurrency=2, long_tokens=60),
+                              nvml=nvml, restarts=[RouterInstanceWatch(router.url)],
+                              gpu_errors=GpuErrorWatch(nvml, KernelLog(file=kernel_log)), log=log)
+    finally:
+        engine.close()
+    assert result.stopped_by == "max-requests" and len(result.requests) == 8
+    assert [r.kind for r in result.requests[:7]] == ["prose", "code", "json", "long", "concurrent", "concurrent",
+                                                     "tool"]
+    assert all(r.ok for r in result.requests if r.kind != "tool"), markdown(result)  # the reload after the kill
+    assert result.failures_by_kind == {"tool": {"no-tool-call": 1}}
+    [tool] = [r for r in result.requests if r.kind == "tool"]
+    assert "supports_tool_calls = false" in tool.message
+    assert set(result.skipped) == {"thinking", "image"}
+    assert "modalities.vision = false" in result.skipped["image"] and "<think>" in result.skipped["thinking"]
+    [restart] = result.restarts
+    assert restart.count == 1 and "smol exited with code" in restart.evidence
+    assert result.gpu_error_count == 1 and len(result.gpu_errors) == 2  # the kernel line and NVML's event
+    assert "GPU0 (PCI 0000:01:00) logged Xid 13" in result.gpu_errors[0]
+    text = markdown(result)
+    assert text.startswith("Soak: 8 mixed requests (prose, code, JSON, long prompts, concurrent generation and "
+                           "tool calls) in ")
+    assert "with 1 failure, 1 restart and 1 new GPU error; drift: " in text
+    assert "Failures by kind: tool 1 (no-tool-call 1)" in text and "Skipped image:" in text
+
+
+def test_cli_headline_skips_and_counts(router, tmp_path):
+    result = soak("--url", router.url, "--alias", "tiny-plain", "--duration", "60", "--max-requests", "2",
+                  "--max-tokens", "4", "--mix", "prose,image,thinking", "--output-dir", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert "Soak: 2 mixed requests (prose) in " in result.output
+    assert "0 failures, 0 restarts and 0 new GPU errors" in result.output
+    assert "Restarts, llama.cpp router (/models/sse): 0 (no instance exited)" in result.output
+    data = tomllib.loads(next(tmp_path.glob("*soak*.toml")).read_text())["soak"]
+    assert set(data["skipped"]) == {"image", "thinking"} and data["restarts"] == 0 and data["new_gpu_errors"] == 0
+    assert data["mix"] == {"prose": 1, "image": 1, "thinking": 1}

@@ -1,37 +1,73 @@
-"""A soak run: bounded mixed traffic against one model, watching for failures and drift.
+"""A soak run: bounded mixed traffic against one model, watching for failures, restarts, GPU errors and drift.
 
-Requests cycle through kinds - prose, code, JSON, a long prompt, and a burst of concurrent
-streams - until the duration or the request count runs out (whichever comes first; both are
-required bounds). Every request records when it started, its kind, TTFT, decode t/s, and
-either success or the kind of failure. VRAM is read after each request. Drift is the least
-squares slope over time (per minute) of decode t/s, TTFT and VRAM; VRAM that keeps growing
-(a positive slope that explains most of the variance and adds up to more than a threshold over
-the run) is flagged as a possible leak.
+Requests follow the mix - prose, code, JSON, a long prompt, a burst of concurrent streams, a tool
+call, thinking and image input, each as often as its weight says - until the duration or the
+request count runs out (whichever comes first; both are required bounds). A kind the model cannot
+take (no vision, no thinking in its chat template) is skipped and the reason recorded. Every
+request records when it started, its kind, TTFT, decode t/s, and success or the kind of failure;
+VRAM is read after each. Restarts (the router's model instances, systemd's counter for the unit,
+a container's restart count) and new GPU errors (Xid lines in the kernel log, NVML's critical Xid
+events) are counted over the whole soak. Drift is the least-squares slope over time (per minute)
+of decode t/s, TTFT and VRAM; VRAM that keeps growing (a positive slope that explains most of the
+variance and adds up to more than a threshold over the run) is flagged as a possible leak.
 """
 
 from __future__ import annotations
 
 import statistics
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llm_bench.engines.stream import ChatRequest
-from llm_bench.engines.errors import ServerError, ServerUnreachable
+from llm_bench.diagnostics.checks import check_xid, check_xid_events
+from llm_bench.diagnostics.gpu_errors import GpuErrorWatch
+from llm_bench.diagnostics.restarts import Restart, RestartWatch
+from llm_bench.diagnostics.soak_requests import SPECIAL_KINDS, Capabilities, capabilities, send
 from llm_bench.engines import Engine
+from llm_bench.engines.errors import ServerError, ServerUnreachable
+from llm_bench.engines.stream import ChatRequest
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.plan import shipped_prompt
 from llm_bench.results import percentile
-from llm_bench.workloads.common import long_prompt, run_record
+from llm_bench.support.fanout import fan_out
 from llm_bench.support.plotting import figure
+from llm_bench.workloads.common import long_prompt, run_record
 
 Log = Callable[[str], None]
-KINDS = ("prose", "code", "json", "long", "concurrent")
+KINDS = ("prose", "code", "json", "long", "concurrent", "tool", "thinking", "image")
+DEFAULT_MIX = dict.fromkeys(KINDS, 1)
 LEAK_MIB = 256.0  # VRAM growth over the run that, with a steady slope, is flagged
 LEAK_R2 = 0.8
+
+
+def parse_mix(text: str) -> dict[str, int]:
+    """``prose=2,tool=1,...``: each named kind's weight; kinds not named are not sent."""
+    mix: dict[str, int] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        kind, _, weight = item.partition("=")
+        kind = kind.strip()
+        if kind not in KINDS:
+            raise ValueError(f"unknown request kind {kind!r} in the mix; the kinds are {', '.join(KINDS)}")
+        try:
+            mix[kind] = int(weight) if weight else 1
+        except ValueError:
+            raise ValueError(f"the weight of {kind!r} must be a whole number, e.g. {kind}=2 (got {weight!r})") \
+                from None
+        if mix[kind] < 0:
+            raise ValueError(f"the weight of {kind!r} must not be negative")
+    if not any(mix.values()):
+        raise ValueError(f"the mix sends nothing; give at least one kind, e.g. prose=1 (kinds: {', '.join(KINDS)})")
+    return mix
+
+
+def schedule(mix: dict[str, int]) -> list[str]:
+    """One cycle of the mix, interleaved: prose=2,code=1 -> prose, code, prose."""
+    top = max(mix.values(), default=0)
+    return [kind for r in range(top) for kind in KINDS if mix.get(kind, 0) > r]
 
 
 @dataclass
@@ -72,6 +108,12 @@ class SoakResult:
     stopped_by: str = ""
     trends: list[Trend] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    mix: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # kind -> why the model cannot take it
+    restarts: list[Restart] = field(default_factory=list)
+    unwatched: list[str] = field(default_factory=list)  # restart or GPU-error sources that could not be read
+    gpu_errors: list[str] = field(default_factory=list)  # one line per new Xid finding (kernel log or NVML)
+    gpu_error_count: int = 0
 
     @property
     def failures(self) -> dict[str, int]:
@@ -79,6 +121,26 @@ class SoakResult:
         for r in self.requests:
             if not r.ok:
                 counts[r.failure or "other"] = counts.get(r.failure or "other", 0) + 1
+        return counts
+
+    @property
+    def failures_by_kind(self) -> dict[str, dict[str, int]]:
+        """Request kind -> failure class -> count."""
+        out: dict[str, dict[str, int]] = {}
+        for r in self.requests:
+            if not r.ok:
+                per = out.setdefault(r.kind, {})
+                per[r.failure or "other"] = per.get(r.failure or "other", 0) + 1
+        return out
+
+    @property
+    def restart_count(self) -> int:
+        return sum(r.count for r in self.restarts)
+
+    def counts_by_kind(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for r in self.requests:
+            counts[r.kind] = counts.get(r.kind, 0) + 1
         return counts
 
     def percentiles(self, metric: str) -> dict[str, float]:
@@ -89,7 +151,11 @@ class SoakResult:
         return {
             "duration_s": self.duration_s, "stopped_by": self.stopped_by,
             "requests_total": len(self.requests), "requests_failed": sum(self.failures.values()),
-            "failures": self.failures,
+            "mix": self.mix, "requests_by_kind": self.counts_by_kind(), "skipped": self.skipped,
+            "failures": self.failures, "failures_by_kind": self.failures_by_kind,
+            "restarts": self.restart_count,
+            "restart_sources": [r.__dict__ for r in self.restarts], "unwatched": self.unwatched,
+            "new_gpu_errors": self.gpu_error_count, "gpu_errors": self.gpu_errors,
             "ttft_ms": self.percentiles("ttft_ms"), "decode_tps": self.percentiles("decode_tps"),
             "latency_s": self.percentiles("wall_s"),
             "trends": [t.to_toml() for t in self.trends], "warnings": self.warnings,
@@ -154,45 +220,95 @@ def _vram(nvml: Nvml | None) -> float | None:
     return None if reading.used_mib is None else sum(reading.used_mib)
 
 
-def soak(engine: Engine, model: str, *, duration_s: float, max_requests: int, max_tokens: int = 128,
-         concurrency: int = 4, long_tokens: int = 4000, temperature: float = 1.0, seed: int = 42,
-         nvml: Nvml | None = None, log: Log = lambda m: None, clock=time.monotonic) -> SoakResult:
-    if duration_s <= 0 or max_requests < 1:
-        raise ValueError("a soak needs a positive --duration and --max-requests of at least 1")
+@dataclass
+class SoakSettings:
+    duration_s: float
+    max_requests: int
+    max_tokens: int = 128
+    concurrency: int = 4  # streams in a concurrent burst
+    long_tokens: int = 4000
+    temperature: float = 1.0
+    seed: int = 42
+    mix: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_MIX))
+
+    def check(self) -> None:
+        if self.duration_s <= 0 or self.max_requests < 1:
+            raise ValueError("a soak needs a positive --duration and --max-requests of at least 1")
+
+
+def soak(engine: Engine, model: str, settings: SoakSettings, *, nvml: Nvml | None = None,
+         restarts: Sequence[RestartWatch] = (), gpu_errors: GpuErrorWatch | None = None,
+         log: Log = lambda m: None, clock=time.monotonic) -> SoakResult:
+    settings.check()
     prompts = {k: shipped_prompt(k) for k in ("prose", "code", "json")}
-    result = SoakResult()
+    result = SoakResult(mix=dict(settings.mix))
+    for watch in restarts:
+        watch.start()
+    if gpu_errors is not None:
+        gpu_errors.start()
+    caps: Capabilities | None = None
+    cycle = schedule(settings.mix)
     start = clock()
     n = 0
     while True:
-        if len(result.requests) >= max_requests:
+        if len(result.requests) >= settings.max_requests:
             result.stopped_by = "max-requests"
             break
-        if clock() - start >= duration_s:
+        if clock() - start >= settings.duration_s:
             result.stopped_by = "duration"
             break
-        kind = KINDS[n % len(KINDS)]
+        kind = cycle[n % len(cycle)]
         n += 1
-        width = min(concurrency, max_requests - len(result.requests)) if kind == "concurrent" else 1
-        prompt = long_prompt(long_tokens, 4.0) if kind == "long" else prompts.get(kind, prompts["prose"])
-        request = ChatRequest(model, prompt, max_tokens, temperature, seed + n)
+        if kind in SPECIAL_KINDS:
+            if caps is None and result.requests:  # asked once the model is loaded, until it answers
+                caps = capabilities(engine, model)
+            reason = caps.skip_reason(kind) if caps else None
+            if reason:
+                if kind not in result.skipped:
+                    result.skipped[kind] = reason
+                    log(f"  skipping {kind}: {reason}")
+                if all(k in result.skipped for k in cycle):
+                    result.stopped_by = "every kind skipped"
+                    break
+                continue
         t_s = clock() - start
-        done = _send(engine, request, width)
+        width = min(settings.concurrency, settings.max_requests - len(result.requests))
+        done = _send(engine, model, kind, settings, n, prompts, caps, width)
         vram = _vram(nvml)
         for outcome in done:
             outcome.t_s, outcome.kind, outcome.vram_mib = t_s, kind, vram
             result.requests.append(outcome)
+        if gpu_errors is not None:
+            gpu_errors.poll()
         failed = [o for o in done if not o.ok]
-        log(f"  [{t_s:6.1f} s] {kind}" + (f" x{width}" if width > 1 else "") + ": "
+        log(f"  [{t_s:6.1f} s] {kind}" + (f" x{len(done)}" if len(done) > 1 else "") + ": "
             + (f"{len(failed)} failed ({failed[0].failure}: {failed[0].message})" if failed else
-               f"TTFT {done[0].ttft_ms or 0:.0f} ms, {done[0].decode_tps or 0:.1f} t/s")
-            + f"  ({len(result.requests)}/{max_requests})")
-        if failed and all(o.failure == "unreachable" for o in failed) and len(result.requests) >= 3 and all(
-                not r.ok and r.failure == "unreachable" for r in result.requests[-3:]):
+               f"TTFT {done[0].ttft_ms or 0:.0f} ms, {done[0].decode_tps or 0:.1f} t/s" if done[0].ttft_ms else
+               f"ok in {done[0].wall_s or 0:.2f} s")
+            + f"  ({len(result.requests)}/{settings.max_requests})")
+        if len(result.requests) >= 3 and all(not r.ok and r.failure == "unreachable" for r in result.requests[-3:]):
             result.stopped_by = "server unreachable"
             break
     result.duration_s = clock() - start
+    for watch in restarts:
+        counted = watch.stop()
+        if counted is None:
+            result.unwatched.append(f"restarts: {watch.unavailable}")
+        else:
+            result.restarts.append(counted)
+    if gpu_errors is not None:
+        _count_gpu_errors(result, gpu_errors, nvml)
     analyse(result)
     return result
+
+
+def _count_gpu_errors(result: SoakResult, watch: GpuErrorWatch, nvml: Nvml | None) -> None:
+    lines, events = watch.stop()
+    result.unwatched += [f"GPU errors: {reason}" for reason in watch.unavailable]
+    pci = nvml.pci_indexes() if nvml is not None else {}
+    result.gpu_errors = [f.evidence for f in check_xid(lines, pci, watch.log.describe()) + check_xid_events(events)]
+    # the kernel log and NVML report the same Xid twice; count what the fuller of the two saw
+    result.gpu_error_count = max(len(lines), len(events))
 
 
 def _one(engine: Engine, request: ChatRequest) -> SoakRequest:
@@ -207,30 +323,72 @@ def _one(engine: Engine, request: ChatRequest) -> SoakRequest:
     return SoakRequest(0.0, "", True, run.ttft_ms, run.decode_tps, run.output_tokens, run.wall_s)
 
 
-def _send(engine: Engine, request: ChatRequest, width: int) -> list[SoakRequest]:
-    if width == 1:
+def _special(engine: Engine, model: str, kind: str, settings: SoakSettings, seed: int,
+             caps: Capabilities | None) -> SoakRequest:
+    try:
+        reply = send(engine, kind, model, settings.max_tokens, settings.temperature, seed)
+    except ServerError as e:
+        return SoakRequest(0.0, kind, False, failure=classify(e), message=str(e)[:300])
+    message = None if reply.message is None else reply.message + (caps.note(kind) if caps else "")
+    return SoakRequest(0.0, kind, reply.ok, None, reply.decode_tps, reply.output_tokens, reply.wall_s,
+                       failure=reply.failure, message=message)
+
+
+def _send(engine: Engine, model: str, kind: str, settings: SoakSettings, n: int, prompts: dict[str, str],
+          caps: Capabilities | None, width: int) -> list[SoakRequest]:
+    seed = settings.seed + n
+    if kind in SPECIAL_KINDS:
+        return [_special(engine, model, kind, settings, seed, caps)]
+    prompt = long_prompt(settings.long_tokens, 4.0) if kind == "long" else prompts.get(kind, prompts["prose"])
+    request = ChatRequest(model, prompt, settings.max_tokens, settings.temperature, seed)
+    if kind != "concurrent":
         return [_one(engine, request)]
-    out: list[SoakRequest | None] = [None] * width
-    barrier = threading.Barrier(width)
+    outcomes, _ = fan_out([lambda: _one(engine, request)] * max(1, width))
+    return [o.value if o.ok and o.value is not None else
+            SoakRequest(0.0, kind, False, failure="other", message=f"{type(o.error).__name__}: {o.error}"[:300])
+            for o in outcomes]
 
-    def worker(i: int) -> None:
-        barrier.wait()
-        out[i] = _one(engine, request)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(width)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return [o for o in out if o is not None]
+KIND_WORDS = {"prose": "prose", "code": "code", "json": "JSON", "long": "long prompts",
+              "concurrent": "concurrent generation", "tool": "tool calls", "thinking": "thinking",
+              "image": "image input"}
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
+def headline(result: SoakResult) -> str:
+    """The report's sentence: requests and their kinds, failures, restarts, new GPU errors, drift."""
+    kinds = [KIND_WORDS[k] for k in KINDS if result.counts_by_kind().get(k)]
+    kinds_text = (", ".join(kinds[:-1]) + " and " + kinds[-1]) if len(kinds) > 1 else "".join(kinds)
+    failed = sum(result.failures.values())
+    restarts = str(result.restart_count) if result.restarts else "uncounted"
+    drift = "; ".join(f"{t.metric} {t.slope_per_min:+.2f}/min" for t in result.trends)
+    return (f"{_plural(len(result.requests), 'mixed request')} ({kinds_text}) in {result.duration_s:.0f} s with "
+            f"{_plural(failed, 'failure')}, {restarts} restart{'' if restarts == '1' else 's'} and "
+            f"{result.gpu_error_count} new GPU error{'' if result.gpu_error_count == 1 else 's'}"
+            + (f"; drift: {drift}" if drift else "") + f" (stopped by {result.stopped_by}).")
 
 
 def markdown(result: SoakResult) -> str:
-    fails = result.failures
-    lines = [f"Soak: {len(result.requests)} requests in {result.duration_s:.0f} s (stopped by {result.stopped_by}), "
-             f"{sum(fails.values())} failed" + (": " + ", ".join(f"{k} {v}" for k, v in sorted(fails.items()))
-                                               if fails else ""), ""]
-    lines += ["| Metric | p50 | p90 | p99 |", "|---|---|---|---|"]
+    lines = [f"Soak: {headline(result)}", ""]
+    if result.failures_by_kind:
+        lines.append("Failures by kind: " + "; ".join(
+            f"{kind} {sum(per.values())} (" + ", ".join(f"{k} {v}" for k, v in sorted(per.items())) + ")"
+            for kind, per in sorted(result.failures_by_kind.items())))
+        examples = {}
+        for r in result.requests:
+            if not r.ok and r.kind not in examples:
+                examples[r.kind] = r.message
+        lines += [f"- {kind}: {message}" for kind, message in examples.items()]
+    for kind, reason in result.skipped.items():
+        lines.append(f"Skipped {kind}: {reason}")
+    for restart in result.restarts:
+        lines.append(f"Restarts, {restart.source}: {restart.count} ({restart.evidence})")
+    lines += [f"New GPU error: {e}" for e in result.gpu_errors]
+    lines += [f"Not watched: {u}" for u in result.unwatched]
+    lines += ["", "| Metric | p50 | p90 | p99 |", "|---|---|---|---|"]
     for metric, label in (("ttft_ms", "TTFT ms"), ("decode_tps", "Decode t/s"), ("wall_s", "Latency s")):
         p = result.percentiles(metric)
         if p:
