@@ -332,3 +332,30 @@ def test_run_warns_when_its_baseline_is_no_control_on_the_fork(router_factory, t
     assert logs.index(said) < next(i for i, l in enumerate(logs) if l.startswith("Benchmark 1/"))  # before measuring
     assert any(w.startswith("DOCTOR fork-control: ampere-plain:") for w in records["ampere-plain"].warnings)
     assert not any("fork-control" in w for w in records["ampere-none"].warnings)
+
+
+def test_doctor_reads_xid_events_and_the_pcie_link_from_nvml(router, fake_nvml, tmp_path):
+    busy_narrow = FakeGpu(pcie_gen=3, pcie_width=8, utilization_pct=97, pending_xids=[13])
+    fake_nvml(FakeNvml(gpus=[busy_narrow, FakeGpu(pci_bus=0x41)]))
+    quiet = tmp_path / "kern.log"
+    quiet.write_text("2026-11-30T09:00:00,000000+00:00 usb 1-1: new high-speed USB device number 2\n")
+    result = doctor("--url", router.url, "--kernel-log", str(quiet))
+    assert result.exit_code == 1, result.output
+    assert "ERROR [gpu-xid] GPU0 reported critical Xid 13" in result.output
+    assert "WARNING [pcie-link] GPU0's PCIe link runs at Gen3 x8 while 97% busy; the card supports Gen4 x16" \
+        in result.output
+    assert "GPU1" not in result.output.split("[pcie-link]")[1].split("\n")[0]
+
+
+def test_a_preset_without_prompt_cache_is_flagged_by_doctor_and_by_the_prefix_cache_workload(
+        router_factory, tiny_models, fake_nvml, tmp_path):
+    fake_nvml(FakeNvml())
+    router = router_factory(render_presets_ini({"nocache": {"model": str(tiny_models["target"]), "cache-prompt": False},
+                                                "cached": {"model": str(tiny_models["target"])}}))
+    result = doctor("--url", router.url)
+    [line] = [l for l in result.output.splitlines() if "[prefix-cache]" in l]
+    assert line.startswith("WARNING [prefix-cache] nocache: the preset runs llama-server with --no-cache-prompt")
+    plan = Plan(url=router.url, aliases=("nocache",), output_dir=tmp_path, protocol=Protocol(
+        runs=1, max_tokens=4, workloads=("prefix-cache",), prefix_prompt_tokens=100, prefix_max_tokens=4))
+    [record] = load_results(run_plan(plan, lambda m: None, nvml=Nvml(FakeNvml())).path).aliases
+    assert any(w.startswith("DOCTOR prefix-cache: nocache:") for w in record.warnings), record.warnings

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from llm_bench.cli import main
 from llm_bench.diagnostics.gpu_errors import GpuErrorWatch, KernelLog
-from llm_bench.diagnostics.restarts import RouterInstanceWatch
+from llm_bench.diagnostics.restarts import CounterWatch, Restart, RouterInstanceWatch
 from llm_bench.diagnostics.soak import markdown
 from llm_bench.diagnostics.soak import soak as run_soak
 from llm_bench.engines import open_engine
@@ -174,3 +174,30 @@ def test_cli_headline_skips_and_counts(router, tmp_path):
     data = tomllib.loads(next(tmp_path.glob("*soak*.toml")).read_text())["soak"]
     assert set(data["skipped"]) == {"image", "thinking"} and data["restarts"] == 0 and data["new_gpu_errors"] == 0
     assert data["mix"] == {"prose": 1, "image": 1, "thinking": 1}
+
+
+def test_a_router_restarted_on_the_same_port_counts_once(router_factory, tiny_models):
+    ini = f"[tiny]\nmodel = {tiny_models['target']}\n"
+    first = router_factory(ini)
+    watch = RouterInstanceWatch(first.url)
+    watch.start()
+    first.stop()
+    router_factory(ini, port=first.port)  # systemd's Restart=always, by hand
+    assert poll_until(lambda: watch.router_restarts or None, timeout=30, interval=0.2)
+    [counted] = [watch.stop()]
+    assert counted.count == 1 and "event stream broke and came back" in counted.evidence
+
+
+def test_restart_counters_read_by_command(tmp_path):
+    counter = tmp_path / "NRestarts"
+    counter.write_text("2\n")
+    watch = CounterWatch("llama-cpp.service (systemd NRestarts)", ["cat", str(counter)])
+    watch.start()
+    counter.write_text("3\n")
+    assert watch.stop() == Restart("llama-cpp.service (systemd NRestarts)", 1, "2 -> 3")
+    assert CounterWatch.systemd("llama-cpp.service").command == [
+        "systemctl", "show", "-p", "NRestarts", "--value", "llama-cpp.service"]
+    assert CounterWatch.container("hyperqwen-single-1").command[:2] == ["docker", "inspect"]
+    missing = CounterWatch("x", ["cat", str(tmp_path / "absent")])
+    missing.start()
+    assert missing.stop() is None and "gave no count" in missing.unavailable

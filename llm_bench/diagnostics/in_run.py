@@ -6,12 +6,14 @@ import subprocess
 from collections.abc import Callable, Sequence
 
 from llm_bench.diagnostics.checks import (
+    ServerConfig,
     check_acceptance_log,
     check_fa_fallback,
     check_fork_control,
     check_offload,
     check_pcie,
     check_power_floor,
+    check_prefix_caching,
     check_roofline,
     check_xid,
     check_xid_events,
@@ -90,6 +92,9 @@ class InRunChecks:
             findings += [f for f in check_offload(since, self.nvml.count(), where) if f.severity != INFO]
             findings += check_fa_fallback(since, where)
             findings += check_acceptance_log(since, where)
+        # a workload that depends on a cached prefix, measured on a preset that turned the cache off
+        findings += check_prefix_caching(ServerConfig(), {r.alias: r.preset_args for r in records
+                                                          if r.workload == "prefix-cache" and r.preset_args})
         bandwidth = self.nvml.memory_bandwidth_gbs(0) if self.nvml.available else None
         for record in records:
             if bandwidth and record.preset_args:

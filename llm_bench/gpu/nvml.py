@@ -127,7 +127,6 @@ class XidWatch:
 
     def __init__(self, lib: Any, handles: list[Any]):
         self._lib = lib
-        self._handles = handles
         self._set: Any = None
         self.unavailable: str | None = None
         self.watched: list[int] = []
