@@ -354,6 +354,9 @@ KIND_WORDS = {"prose": "prose", "code": "code", "json": "JSON", "long": "long pr
               "image": "image input"}
 
 
+DRIFT_WORDS = {"decode_tps": ("decode", "t/s"), "ttft_ms": ("TTFT", "ms"), "vram_mib": ("VRAM", "MiB")}
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n:,} {word}" + ("" if n == 1 else "s")
 
@@ -364,7 +367,8 @@ def headline(result: SoakResult) -> str:
     kinds_text = (", ".join(kinds[:-1]) + " and " + kinds[-1]) if len(kinds) > 1 else "".join(kinds)
     failed = sum(result.failures.values())
     restarts = str(result.restart_count) if result.restarts else "uncounted"
-    drift = "; ".join(f"{t.metric} {t.slope_per_min:+.2f}/min" for t in result.trends)
+    drift = ", ".join(f"{DRIFT_WORDS[t.metric][0]} {t.slope_per_min:+.2f} {DRIFT_WORDS[t.metric][1]} per min"
+                      for t in result.trends)
     return (f"{_plural(len(result.requests), 'mixed request')} ({kinds_text}) in {result.duration_s:.0f} s with "
             f"{_plural(failed, 'failure')}, {restarts} restart{'' if restarts == '1' else 's'} and "
             f"{result.gpu_error_count} new GPU error{'' if result.gpu_error_count == 1 else 's'}"
