@@ -32,7 +32,7 @@ def soak(*args: str):
     return CliRunner().invoke(main, ["soak", *args], catch_exceptions=False)
 
 
-def test_bounded_by_request_count_with_every_kind(router, tmp_path):
+def test_bounded_by_request_count_with_the_plain_kinds(router, tmp_path):
     chart = tmp_path / "soak.png"
     result = soak("--url", router.url, "--alias", "tiny-plain", "--duration", "120", "--max-requests", "9",
                   "--max-tokens", "16", "--burst", "2", "--long-tokens", "300", "--mix", ",".join(PLAIN_KINDS),
@@ -201,3 +201,37 @@ def test_restart_counters_read_by_command(tmp_path):
     missing = CounterWatch("x", ["cat", str(tmp_path / "absent")])
     missing.start()
     assert missing.stop() is None and "gave no count" in missing.unavailable
+
+
+def test_what_a_tool_call_or_thinking_answer_must_hold():
+    from llm_bench.diagnostics.soak_requests import judge
+
+    def answer(**message):
+        return {"choices": [{"finish_reason": "tool_calls", "message": {"role": "assistant", **message}}]}
+
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    assert judge("tool", answer(content=None, tool_calls=[call])) == (None, None)
+    broken = {**call, "function": {"name": "get_weather", "arguments": '{"city": "Par'}}
+    assert judge("tool", answer(tool_calls=[broken]))[0] == "bad-tool-arguments"
+    assert judge("tool", answer(tool_calls=[{**call, "function": {"name": "x", "arguments": "[1]"}}]))[0] \
+        == "bad-tool-arguments"
+    assert judge("tool", answer(content="It is sunny."))[0] == "no-tool-call"
+    assert judge("thinking", answer(content="85 minutes", reasoning_content="9:40 to 11:05 ...")) == (None, None)
+    assert judge("thinking", answer(content="85 minutes", reasoning="9:40 to 11:05 ...")) == (None, None)  # vLLM
+    assert judge("thinking", answer(content="85 minutes"))[0] == "no-reasoning"
+    assert judge("image", answer(content="red and blue")) == (None, None)
+
+
+def test_the_image_sent_is_a_real_png():
+    import base64
+    import io
+
+    from matplotlib import image
+
+    from llm_bench.diagnostics.soak_requests import body
+
+    content = body("image", "m", 8, 1.0, 1)["messages"][0]["content"]
+    url = content[1]["image_url"]["url"]
+    assert url.startswith("data:image/png;base64,")
+    pixels = image.imread(io.BytesIO(base64.b64decode(url.split(",", 1)[1])), format="png")
+    assert pixels.shape[:2] == (32, 32) and pixels[0, 0, 0] == 1.0 and pixels[0, 31, 2] == 1.0
