@@ -100,10 +100,32 @@ def protocol_options(f):
         click.option("--prompt-cache/--no-prompt-cache", "prompt_cache", default=None,
                      help="Let the server reuse a cached prompt prefix in measured requests (default "
                           f"{default_of('prompt_cache')}: every request processes its whole prompt)."),
+        click.option("--precision", callback=_fraction_callback,
+                     help="Keep measuring each alias until its median decode rate is known to this precision "
+                          "(half-width of its 95 % interval over the median), e.g. 2% or 0.02; "
+                          "default: exactly --runs."),
+        click.option("--max-runs", type=int,
+                     help=f"The most runs --precision may take per alias (default {default_of('max_runs')})."),
         click.option("--prefix-tokens", "prefix_prompt_tokens", type=int,
                      help=f"Approximate prompt tokens for the prefix-cache workload "
                           f"(default {default_of('prefix_prompt_tokens')})."),
     ])
+
+
+def parse_fraction(text: str, flag: str, zero_ok: bool = False) -> float:
+    """'2%' or '0.02' as 0.02; anything else is a usage error naming the flag."""
+    try:
+        value = float(text.strip()[:-1]) / 100.0 if text.strip().endswith("%") else float(text)
+    except ValueError as e:
+        raise click.BadParameter(f"{text!r} is not a fraction; write e.g. 2% or 0.02", param_hint=flag) from e
+    if not (0.0 <= value if zero_ok else 0.0 < value) or value >= 1.0:
+        raise click.BadParameter(f"{text!r} must be {'from 0' if zero_ok else 'above 0'} and below 100 %",
+                                 param_hint=flag)
+    return value
+
+
+def _fraction_callback(_ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    return None if value is None else parse_fraction(value, f"--{param.name.replace('_', '-')}")
 
 
 PROTOCOL_FLAGS = {f.name for f in fields(Protocol)} | {"prompt_file"}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from llm_bench.cli.options import log
+from llm_bench.cli.options import log, parse_fraction
 from llm_bench.gpu.telemetry import draw_telemetry_chart
 from llm_bench.cli.exits import CouldNotRun
 from llm_bench.report import find_baseline, load_sets, markdown_table, rows_of
@@ -16,17 +16,6 @@ from llm_bench.report.verdict import MIN_EFFECT
 from llm_bench.report.chart import draw_chart
 from llm_bench.results import ResultsFileError, load_results
 from llm_bench.support.plotting import ChartError
-
-
-def parse_fraction(text: str, flag: str) -> float:
-    """'2%' or '0.02' as 0.02; anything else is a usage error naming the flag."""
-    try:
-        value = float(text[:-1]) / 100.0 if text.strip().endswith("%") else float(text)
-    except ValueError as e:
-        raise click.BadParameter(f"{text!r} is not a fraction; write e.g. 2% or 0.02", param_hint=flag) from e
-    if not 0.0 <= value < 1.0:
-        raise click.BadParameter(f"{text!r} must be between 0 and 100 %", param_hint=flag)
-    return value
 
 
 @click.command()
@@ -43,7 +32,7 @@ def parse_fraction(text: str, flag: str) -> float:
 @click.option("--title", help="Chart and HTML report title.")
 def report(results, baseline, output_format, chart_path, html_path, min_effect, title) -> None:
     """Merge results files and print the comparison table (Markdown, JSON or CSV)."""
-    effect = None if min_effect is None else parse_fraction(min_effect, "--min-effect")
+    effect = None if min_effect is None else parse_fraction(min_effect, "--min-effect", zero_ok=True)
     try:
         sets = load_sets(list(results))
         rows = rows_of(sets)

@@ -15,6 +15,7 @@ from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 from llm_bench.gpu.telemetry import recording
 from llm_bench.plan import Protocol, shipped_prompt
 from llm_bench.results import AliasRecord, RunRecord
+from llm_bench.support.stats import relative_precision
 from llm_bench.support import numbers
 
 Log = Callable[[str], None]
@@ -139,26 +140,47 @@ def check_acceptance_trap(record: AliasRecord, log: Log) -> None:
 
 
 def measured_runs(engine: Engine, request: ChatRequest, runs: int, record: AliasRecord, log: Log,
-                  label: str = "Run") -> None:
-    """``runs`` requests one after another into ``record``. On a server error the runs finished so far stay
-    in the record beside the error, and WorkloadInterrupted carries it up."""
+                  label: str = "Run", precision: float | None = None, max_runs: int | None = None) -> None:
+    """``runs`` requests one after another into ``record``; with a ``precision``, more (up to ``max_runs``)
+    until the median decode rate is known that well (``precision_reached``). On a server error the runs
+    finished so far stay in the record beside the error, and WorkloadInterrupted carries it up."""
     before = engine.spec_counters(request.model)
+    cap = runs if precision is None else max(runs, max_runs or runs)
+    shown = str(runs) if precision is None else f"{runs}..{cap}"
     with recording(record):
-        for i in range(runs):
+        for i in range(cap):
             try:
                 run = run_record(engine.stream(request), engine.kind)
             except ServerError as e:
-                record.errors.append(f"{label.lower()} {i + 1} of {runs} failed ({i} finished): {e}")
+                record.errors.append(f"{label.lower()} {i + 1} of {shown} failed ({i} finished): {e}")
                 record.spec = spec_from_runs(record.runs)
                 raise WorkloadInterrupted(e, [record]) from e
             record.runs.append(run)
-            log(f"  {label} {i + 1}/{runs}: {describe_run(run)}")
+            log(f"  {label} {i + 1}/{shown}: {describe_run(run)}")
             check_length(record, run, request.max_tokens)
             check_prompt_reuse(record, run, request, f"{label.lower()} {i + 1}")
+            if precision is not None and i + 1 >= runs and precision_met(record, precision, i + 1 == cap, log):
+                break
     after = engine.spec_counters(request.model)
     record.spec = spec_delta(before, after, record.runs)
     log("  " + describe_summary(record))
     check_acceptance_trap(record, log)
+
+
+def precision_met(record: AliasRecord, precision: float, last: bool, log: Log) -> bool:
+    """The stopping rule of adaptive run counts: records the precision reached so far and whether the
+    target was met ("precision") or the cap was reached first ("max_runs")."""
+    values = [r.decode_tps if r.decode_tps is not None else r.client_decode_tps for r in record.runs]
+    reached = relative_precision(values)
+    record.precision_target = precision
+    record.precision_reached = reached
+    met = reached is not None and reached <= precision
+    if met or last:
+        record.stopped_by = "precision" if met else "max_runs"
+        known = "not yet estimable" if reached is None else f"±{reached:.2%}"
+        log(f"  Precision of the median decode rate: {known} after {len(record.runs)} runs (target ±{precision:.2%})"
+            + ("" if met else ": stopped at the cap (max_runs)"))
+    return met
 
 
 def describe_summary(record: AliasRecord) -> str:

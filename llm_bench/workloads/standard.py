@@ -10,5 +10,6 @@ from llm_bench.workloads.common import Log, chat_request, derive, measured_runs
 
 def standard(engine: Engine, alias: str, protocol: Protocol, base: AliasRecord, log: Log) -> list[AliasRecord]:
     record = derive(base, workload="standard")
-    measured_runs(engine, chat_request(alias, protocol, protocol.prompt), protocol.runs, record, log)
+    measured_runs(engine, chat_request(alias, protocol, protocol.prompt), protocol.runs, record, log,
+                  precision=protocol.precision, max_runs=protocol.max_runs)
     return [record]
