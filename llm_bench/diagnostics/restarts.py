@@ -86,6 +86,7 @@ class RouterInstanceWatch:
     _connected: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _client: httpx.Client | None = None
+    _reached: bool = False
 
     def _run(self) -> None:
         lost = False
@@ -102,6 +103,7 @@ class RouterInstanceWatch:
                         if lost:
                             self.router_restarts += 1
                             lost = False
+                        self._reached = True
                         self._connected.set()
                         for sse in EventSource(response).iter_sse():
                             self._event(json.loads(sse.data))
@@ -109,7 +111,7 @@ class RouterInstanceWatch:
                 pass
             if self._stop.is_set():
                 return
-            lost = lost or self._connected.is_set()
+            lost = lost or self._reached  # a router never reached has not restarted when it answers
             self._connected.set()
             self._stop.wait(0.5)
 
@@ -130,6 +132,8 @@ class RouterInstanceWatch:
             self._client.close()
         if self._thread is not None:
             self._thread.join(5.0)
+        if not self._reached and not self.unavailable:
+            self.unavailable = f"the router's /models/sse at {self.base_url} could not be reached"
         if self.unavailable:
             return None
         evidence = list(self.exits) + (["the router's event stream broke and came back"] * self.router_restarts)
