@@ -55,7 +55,7 @@ figure svg { width: 100%; min-width: 640px; height: auto; display: block; }
 table { border-collapse: collapse; font-size: 0.85rem; min-width: 100%; }
 th, td { padding: 0.3rem 0.5rem; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top;
          white-space: nowrap; }
-td.notes { white-space: normal; min-width: 16rem; max-width: 32rem; overflow-wrap: anywhere; }
+td.notes { white-space: normal; min-width: 20rem; max-width: 36rem; overflow-wrap: anywhere; }
 th { background: #f7fafc; position: sticky; top: 0; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tbody tr:nth-child(even) { background: #fbfcfd; }
@@ -104,8 +104,11 @@ def _summary_html(sections: Sequence[Section]) -> str:
     return "\n".join(parts)
 
 
-def _is_number(text: str) -> bool:
-    return bool(re.fullmatch(r"[-+]?[\d.,]+(x|%)?( \(.*\))?", text)) and text != "-"
+# Columns whose cells are figures: right-aligned, "-" included, so digits line up.
+TEXT_COLUMNS = {"Configuration", "Engine", "Speculation", "KV", "Verdict", "Notes", "Cache evidence", "Energy from",
+                "Context"}
+# A table cell shows this much of a long note; the full text is its tooltip and is in the summary.
+NOTE_CHARS = 160
 
 
 def table_html(table: Table, table_id: str) -> str:
@@ -114,16 +117,18 @@ def table_html(table: Table, table_id: str) -> str:
     for cells in table.rows:
         tds = []
         for name, cell in zip(table.columns, cells):
-            classes = []
+            classes, text, title = [], cell.text, ""
             if name == "Notes":
                 classes.append("notes")
-            elif _is_number(cell.text):
+                if len(text) > NOTE_CHARS:
+                    text, title = text[:NOTE_CHARS].rstrip() + " …", f' title="{_e(cell.text)}"'
+            elif name not in TEXT_COLUMNS:
                 classes.append("num")
             kind = cell.values.get("verdict")
             if name == "Verdict" and kind in VERDICT_CLASS:
                 classes.append(VERDICT_CLASS[kind])
             cls = f' class="{" ".join(classes)}"' if classes else ""
-            tds.append(f"<td{cls}>{_e(cell.text)}</td>")
+            tds.append(f"<td{cls}{title}>{_e(text)}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")
     title = f"<h3>{_e(table.title)}</h3>\n" if table.title else ""
     return (f'{title}<div class="scroll"><table id="{_e(table_id)}"><thead><tr>{head}</tr></thead>'
