@@ -174,6 +174,30 @@ def test_cli_headline_skips_and_counts(router, tmp_path):
     data = tomllib.loads(next(tmp_path.glob("*soak*.toml")).read_text())["soak"]
     assert set(data["skipped"]) == {"image", "thinking"} and data["restarts"] == 0 and data["new_gpu_errors"] == 0
     assert data["mix"] == {"prose": 1, "image": 1, "thinking": 1}
+    meta = tomllib.loads(next(tmp_path.glob("*soak*.toml")).read_text())["meta"]
+    assert meta["complete"] is True
+
+
+def test_what_a_soak_measured_is_kept_when_it_is_cut_short(router):
+    class Cut(Exception):
+        pass
+
+    saved: list[int] = []
+
+    def checkpoint(result: SoakResult) -> None:
+        saved.append(len(result.requests))
+        if len(saved) == 2:
+            raise Cut  # Ctrl-C, or the machine going down
+
+    engine = open_engine("llama-cpp", router.url, timeout=30)
+    kept = SoakResult()
+    try:
+        with pytest.raises(Cut):
+            run_soak(engine, "tiny-plain", SoakSettings(60, 10, max_tokens=4, mix={"prose": 1}), result=kept,
+                     checkpoint=checkpoint)
+    finally:
+        engine.close()
+    assert saved == [1, 2] and len(kept.requests) == 2 and all(r.ok for r in kept.requests)
 
 
 def test_a_router_restarted_on_the_same_port_counts_once(router_factory, tiny_models):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from llm_bench.cli.gpu import run_meta, write_new
+from llm_bench.cli.gpu import run_meta
 from llm_bench.cli.options import log, open_server, server_options
 from llm_bench.diagnostics import soak as s
 from llm_bench.diagnostics.gpu_errors import GpuErrorWatch, KernelLog
@@ -17,7 +17,7 @@ from llm_bench.engines import select_models
 from llm_bench.engines.errors import ServerError
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.plan import DEFAULT_URL
-from llm_bench.results import results_stem
+from llm_bench.results import reserve_path, results_stem, write_toml
 
 DEFAULT_MIX = ",".join(f"{k}={v}" for k, v in s.DEFAULT_MIX.items())
 
@@ -78,14 +78,19 @@ def soak(url, engine, api_key_file, api_key_env, metrics_url, alias, duration_s,
             except ServerError as e:
                 raise click.ClickException(str(e)) from e
             log(f"Soaking {model} at {url} for at most {duration_s:.0f} s / {max_requests} requests (mix {mix})")
-            meta = run_meta("soak", url, nvml) | {"alias": model, "max_tokens": max_tokens}
-            result = s.soak(server, model, settings, nvml=nvml,
-                            restarts=restart_watches(server, unit, container),
-                            gpu_errors=GpuErrorWatch(nvml, KernelLog(kernel_log, kernel_log_command)), log=log)
+            meta = run_meta("soak", url, nvml) | {"alias": model, "max_tokens": max_tokens, "complete": False}
+            path = reserve_path(output_dir, results_stem(datetime.now(timezone.utc), f"soak-{model}"))
+            log(f"Results: {path}")
+            result = s.SoakResult()
+            try:
+                s.soak(server, model, settings, nvml=nvml, restarts=restart_watches(server, unit, container),
+                       gpu_errors=GpuErrorWatch(nvml, KernelLog(kernel_log, kernel_log_command)), log=log,
+                       result=result, checkpoint=lambda r: write_toml(path, {"meta": meta, "soak": r.to_toml()}))
+                meta["complete"] = True
+            finally:  # Ctrl-C or a crash: what was measured stays on disk, marked incomplete
+                write_toml(path, {"meta": meta, "soak": result.to_toml()})
     finally:
         server.close()
-    path = write_new(output_dir, results_stem(datetime.now(timezone.utc), f"soak-{model}"),
-                     {"meta": meta, "soak": result.to_toml()})
     log(f"Results written to {path}")
     click.echo(s.markdown(result), nl=False)
     if chart_path:

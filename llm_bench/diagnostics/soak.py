@@ -238,10 +238,14 @@ class SoakSettings:
 
 def soak(engine: Engine, model: str, settings: SoakSettings, *, nvml: Nvml | None = None,
          restarts: Sequence[RestartWatch] = (), gpu_errors: GpuErrorWatch | None = None,
-         log: Log = lambda m: None, clock=time.monotonic) -> SoakResult:
+         log: Log = lambda m: None, clock=time.monotonic, result: SoakResult | None = None,
+         checkpoint: Callable[[SoakResult], None] = lambda r: None) -> SoakResult:
+    """Fills ``result`` (a new one when not given, so a caller can save what a crash left) and calls
+    ``checkpoint`` after every request or burst."""
     settings.check()
     prompts = {k: shipped_prompt(k) for k in ("prose", "code", "json")}
-    result = SoakResult(mix=dict(settings.mix))
+    result = result if result is not None else SoakResult()
+    result.mix = dict(settings.mix)
     for watch in restarts:
         watch.start()
     if gpu_errors is not None:
@@ -280,6 +284,8 @@ def soak(engine: Engine, model: str, settings: SoakSettings, *, nvml: Nvml | Non
             result.requests.append(outcome)
         if gpu_errors is not None:
             gpu_errors.poll()
+        result.duration_s = clock() - start
+        checkpoint(result)
         failed = [o for o in done if not o.ok]
         log(f"  [{t_s:6.1f} s] {kind}" + (f" x{len(done)}" if len(done) > 1 else "") + ": "
             + (f"{len(failed)} failed ({failed[0].failure}: {failed[0].message})" if failed else
