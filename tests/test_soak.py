@@ -15,14 +15,22 @@ from click.testing import CliRunner
 from llm_bench.cli import main
 from llm_bench.diagnostics.gpu_errors import GpuErrorWatch, KernelLog
 from llm_bench.diagnostics.restarts import CounterWatch, Restart, RouterInstanceWatch
-from llm_bench.diagnostics.soak import markdown
+from llm_bench.diagnostics.soak import (
+    SoakRequest,
+    SoakResult,
+    SoakSettings,
+    analyse,
+    markdown,
+    parse_mix,
+    schedule,
+    trend,
+)
 from llm_bench.diagnostics.soak import soak as run_soak
 from llm_bench.engines import open_engine
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.support.poll import poll_until
-from tests.fake_nvml import FakeNvml
-from llm_bench.diagnostics.soak import SoakRequest, SoakResult, SoakSettings, analyse, parse_mix, schedule, trend
 from llm_bench.testbed.router import free_port
+from tests.fake_nvml import FakeNvml
 
 PLAIN_KINDS = ("prose", "code", "json", "long", "concurrent")
 FIXTURES = Path(__file__).parent / "fixtures"

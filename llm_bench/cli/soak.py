@@ -11,7 +11,11 @@ from llm_bench.cli.gpu import run_meta
 from llm_bench.cli.options import log, open_server, server_options
 from llm_bench.diagnostics import soak as s
 from llm_bench.diagnostics.gpu_errors import GpuErrorWatch, KernelLog
-from llm_bench.diagnostics.restarts import CounterWatch, RestartWatch, RouterInstanceWatch
+from llm_bench.diagnostics.restarts import (
+    CounterWatch,
+    RestartWatch,
+    RouterInstanceWatch,
+)
 from llm_bench.diagnostics.server_log import JOURNAL_UNIT, journal_available
 from llm_bench.engines import select_models
 from llm_bench.engines.errors import ServerError

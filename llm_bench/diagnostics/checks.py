@@ -470,7 +470,8 @@ def check_pcie(busiest: Sequence[PcieLink], before: Sequence[PcieLink] = (),
 # --- the llamAmpere fork: a control preset needs an explicit spec-type = none ---------------------------
 
 FORK_NAMES = ("llamampere",)
-SPECULATIVE_ARGS = ("--spec-type", "--model-draft", "-md", "--spec-", "--draft", "--hf-repo-draft", "-hfd")
+# any of these (a trailing "-" means any argument that starts so) makes a preset speculative
+SPECULATIVE_ARGS = ("--spec-", "--draft-", "--draft", "--model-draft", "-md", "--hf-repo-draft", "-hfd", "-hfrd")
 
 
 def fork_build(marker: dict | None = None, build_info: str | None = None, binary: str | None = None,

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from llm_bench.diagnostics import checks
-from llm_bench.diagnostics.evidence import MARKER, detect_fork, read_config_files, router_presets
+from llm_bench.diagnostics.evidence import (
+    MARKER,
+    detect_fork,
+    read_config_files,
+    router_presets,
+)
 from llm_bench.diagnostics.findings import ERROR, INFO, WARNING, Finding
 from llm_bench.diagnostics.gpu_errors import KernelLog, PcieWatch
 from llm_bench.diagnostics.server_log import LogSource
@@ -41,7 +46,7 @@ class DoctorSettings:
     model_bytes: int | None = None  # bytes read per token for the roofline; default: the model file size
     max_tokens: int = 64  # tokens per probe request
     config_files: tuple[Path, ...] = ()  # compose files and .env files the engine was started with
-    kernel_log: KernelLog = KernelLog()
+    kernel_log: KernelLog = field(default_factory=KernelLog)
     since: datetime | None = None  # Xid lines before this are old news; None: this boot
     build: str | None = None  # the llama.cpp build's name, when neither the marker nor /props tells
     marker: Path = MARKER
