@@ -1,0 +1,169 @@
+"""Serve the candidates: a temporary router on a free loopback port, with the machine's router freed first.
+
+The machine's router (``main_url``) has its loaded models unloaded so the GPU is free, and on the way
+out (normally, on a failure, on Ctrl-C) the temporary router is stopped and those models are loaded
+again, so the machine is as it was. The temporary router runs the same llama-server binary the
+machine uses: ``--llama-server``, else ``llama-server`` on PATH, else the one in llama-cpp.service's
+ExecStart.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from llm_bench.engines.client import RouterClient
+from llm_bench.engines.errors import ServerError
+from llm_bench.engines.switch import RouterSide, SwitchError, free_gpu, router_answers
+from llm_bench.testbed.router import RouterProcess, RouterStartError, start_router
+from llm_bench.tune.grid import Value
+
+Log = Callable[[str], None]
+UNIT = "llama-cpp.service"
+
+
+class ServeError(RuntimeError):
+    pass
+
+
+def render_ini(presets: Mapping[str, Mapping[str, Value]]) -> str:
+    """A ``--models-preset`` INI with one self-contained section per preset.
+
+    No ``version`` line and no ``[*]`` section: routers built from older llama.cpp read a top-level
+    key as a phantom preset, and every candidate carries all of its settings.
+    """
+    lines: list[str] = []
+    for name, settings in presets.items():
+        if not name or any(c in name for c in "]\n\r") or name != name.strip():
+            raise ServeError(f"preset name {name!r} cannot be empty, hold ']' or a line break, or start/end blank")
+        lines.append(f"[{name}]")
+        for key, value in settings.items():
+            text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+            if any(c in text for c in "\n\r;#"):
+                raise ServeError(f"preset {name!r}, key {key!r}: {text!r} holds a line break, ';' or '#'")
+            lines.append(f"{key} = {text}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def unit_binary(unit: str = UNIT) -> Path | None:
+    """The llama-server of a systemd unit's ExecStart (``{ path=/nix/store/...-llama-server ; ... }``)."""
+    if shutil.which("systemctl") is None:
+        return None
+    try:
+        shown = subprocess.run(["systemctl", "show", "-p", "ExecStart", "--value", unit],
+                               capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(r"path=(\S+)", shown)
+    return Path(found.group(1)) if found else None
+
+
+def find_llama_server(given: Path | None) -> Path:
+    if given is not None:
+        if not given.is_file():
+            raise ServeError(f"--llama-server {given}: no such file")
+        return given
+    on_path = shutil.which("llama-server")
+    if on_path:
+        return Path(on_path)
+    from_unit = unit_binary()
+    if from_unit is not None and from_unit.is_file():
+        return from_unit
+    raise ServeError("no llama-server found: not on PATH and not in llama-cpp.service's ExecStart; "
+                     "give the machine's binary with --llama-server PATH")
+
+
+@dataclass
+class MainRouter:
+    """What was done to the machine's router, so that exactly that is undone."""
+
+    url: str | None
+    unloaded: list[str] = field(default_factory=list)
+
+
+def free_main(url: str | None, log: Log) -> MainRouter:
+    if not url:
+        return MainRouter(None)
+    if not router_answers(url):
+        log(f"the machine's router at {url} does not answer: nothing to free")
+        return MainRouter(url)
+    try:
+        state = free_gpu(RouterSide(url=url, mode="unload"), log)
+    except (SwitchError, ServerError) as e:
+        raise ServeError(f"could not free the GPU: unloading the models of {url} failed: {e}") from e
+    return MainRouter(url, list(state.unloaded))
+
+
+def restore_main(main: MainRouter, log: Log, timeout: float = 900.0) -> None:
+    """Load again what was unloaded, and wait until the router says it is loaded."""
+    if not main.url or not main.unloaded:
+        return
+    with RouterClient(main.url, timeout=60.0) as client:
+        for alias in main.unloaded:
+            log(f"restoring the machine's router: loading {alias} again")
+            try:
+                if client.model(alias).status != "loaded":
+                    client.load(alias)
+                client.wait_for_status(alias, "loaded", timeout)
+            except ServerError as e:
+                log(f"restoring {alias} on {main.url} failed: {e}")
+
+
+@dataclass
+class Served:
+    """The router the candidates are measured on, and (when we started it) its log."""
+
+    url: str
+    process: RouterProcess | None = None
+    _offset: int = 0
+
+    def new_log(self) -> str:
+        """What the router logged since the last call (empty for a router we did not start)."""
+        if self.process is None or not self.process.log_path.exists():
+            return ""
+        with self.process.log_path.open("rb") as f:
+            f.seek(self._offset)
+            data = f.read()
+        self._offset += len(data)
+        return data.decode(errors="replace")
+
+
+def load_errors(log_text: str, limit: int = 3) -> list[str]:
+    """The error lines a model instance printed (``[pid] ... E ...: message``), deduplicated."""
+    found: list[str] = []
+    for line in log_text.splitlines():
+        match = re.search(r"\sE\s+(.*)$", line)
+        if match:
+            message = match.group(1).strip()
+            if message not in found:
+                found.append(message)
+    return found[:limit]
+
+
+@contextmanager
+def serving(presets: Mapping[str, Mapping[str, Value]], binary: Path, folder: Path, main_url: str | None,
+            log: Log, extra_args: tuple[str, ...] = ()) -> Iterator[Served]:
+    """A temporary router serving ``presets`` while the machine's router is freed; both restored on exit."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ini = folder / "tune-presets.ini"
+    ini.write_text(render_ini(presets))
+    main = free_main(main_url, log)
+    try:
+        try:
+            process = start_router(binary, ini, log_path=folder / "tune-router.log", extra_args=extra_args)
+        except RouterStartError as e:
+            raise ServeError(f"the temporary router did not start: {e}") from e
+        log(f"temporary router {process.url} ({binary}), presets {ini}, log {process.log_path}")
+        try:
+            yield Served(process.url, process)
+        finally:
+            process.stop()
+            log("temporary router stopped")
+    finally:
+        restore_main(main, log)

@@ -1,0 +1,95 @@
+"""llm-bench tune, the parts without a server: the grid, the plan, the Nix snippet, the Pareto front."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llm_bench.plan import PlanError
+from llm_bench.tune.adopt import nix_snippet, remeasure_command
+from llm_bench.tune.grid import expand, parse_axis
+from llm_bench.tune.plan import TunePlan, tune_plan_from_mapping, with_flags
+from llm_bench.tune.report import pareto_front
+from llm_bench.tune.serve import ServeError, load_errors, render_ini
+from llm_bench.plan import Protocol
+
+SPEC = [{"name": "none", "spec-type": "none"},
+        {"name": "self", "spec-type": "draft-simple", "model-draft": "/m/small.gguf"},
+        {"name": "ngram", "spec-type": "ngram-simple"}]
+
+
+def test_grid_control_first_depths_dropped_without_a_drafter() -> None:
+    axes = [parse_axis("spec", SPEC), parse_axis("spec-draft-n-max", [2, 4]),
+            parse_axis("cache-type-k+cache-type-v", ["f16", "q8_0", "q4_0"])]
+    candidates = expand("s", {"model": "/m/small.gguf", "ctx-size": 2048}, axes)
+    names = [c.name for c in candidates]
+    # 3 KV x (1 without drafting + 2 drafters x 2 depths) = 15: a depth without a drafter is one preset.
+    assert len(names) == 15 and len(set(names)) == 15
+    assert names[0] == "s-none-f16"
+    assert candidates[0].preset == {"model": "/m/small.gguf", "ctx-size": 2048, "spec-type": "none",
+                                    "cache-type-k": "f16", "cache-type-v": "f16"}
+    assert "s-self-4-q8_0" in names and "s-none-2-f16" not in names
+    assert candidates[names.index("s-self-4-q8_0")].preset["spec-draft-n-max"] == 4
+
+
+@pytest.mark.parametrize("values,message", [
+    ([], "non-empty list"),
+    (["a\nb"], "line break"),
+    ([{"name": "x"}], "at least one llama-server key"),
+    ([{"--ctx-size": 1}], "not a llama-server key"),
+    ([[1, 2]], "string, number or boolean"),
+])
+def test_bad_axes_are_refused_with_the_reason(values, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_axis("ctx-size", values)
+
+
+def test_plan_file_and_flags() -> None:
+    plan = tune_plan_from_mapping({
+        "name": "t", "base": {"model": "/m.gguf"}, "axes": {"spec": SPEC[:2]},
+        "budget": {"max_rounds": 2}, "quality": {"min_agreement": 0.5}, "protocol": {"runs": 2},
+        "main_url": "",
+    }, relative_to=Path("/plans"))
+    assert plan.main_url is None and plan.output_dir == Path("/plans/tune-results")
+    assert plan.budget.max_rounds == 2 and plan.quality.min_agreement == 0.5 and plan.protocol.runs == 2
+    plan = with_flags(plan, sets=("ctx-size=4096", "flash-attn=on"), axes=("spec-draft-n-max=2,3",))
+    assert plan.base == {"model": "/m.gguf", "ctx-size": 4096, "flash-attn": "on"}
+    assert [c.name for c in plan.candidates()] == ["t-none", "t-self-2", "t-self-3"]
+    with pytest.raises(PlanError, match="unknown key"):
+        tune_plan_from_mapping({"axis": {}})
+    with pytest.raises(PlanError, match="min_agreement must be at least 0.0, at most 1.0, not 2"):
+        tune_plan_from_mapping({"quality": {"min_agreement": 2}})
+    with pytest.raises(PlanError, match="no base preset"):
+        TunePlan(axes=(parse_axis("x", [1]),)).candidates()
+    with pytest.raises(PlanError, match="KEY=VALUE"):
+        with_flags(TunePlan(), sets=("ctx-size",))
+
+
+def test_ini_has_no_version_line_and_refuses_what_it_cannot_hold() -> None:
+    text = render_ini({"a": {"model": "/m.gguf", "flash-attn": True, "spec-draft-n-max": 2}})
+    assert text == "[a]\nmodel = /m.gguf\nflash-attn = true\nspec-draft-n-max = 2\n"
+    with pytest.raises(ServeError, match="';' or '#'"):
+        render_ini({"a": {"model": "/m;x.gguf"}})
+
+
+def test_load_errors_are_the_instance_error_lines() -> None:
+    log = ("[38397] 0.00.197.183 E llama_init_from_model: quantized V cache requires flash_attn to be enabled\n"
+           "0.31.014.618 I srv          load:   --flash-attn\n"
+           "[38397] 0.00.370.658 E llama_init_from_model: quantized V cache requires flash_attn to be enabled\n")
+    assert load_errors(log) == ["llama_init_from_model: quantized V cache requires flash_attn to be enabled"]
+
+
+def test_nix_snippet_quotes_what_nix_needs() -> None:
+    text = nix_snippet({"sm-self-2": {"model": "/srv/${x}.gguf", "ctx-size": 2048, "min-p": 5e-07, "b": False}},
+                       {"sm-self-2": "winner"})
+    assert text == ('# winner\nservices.llama-cpp.presets."sm-self-2" = {\n  model = "/srv/\\${x}.gguf";\n'
+                    '  ctx-size = 2048;\n  min-p = 5e-07;\n  b = false;\n};\n')
+    command = remeasure_command("w", "c", Protocol(runs=5, max_tokens=256), "http://h:1")
+    assert command == "llm-bench run --url http://h:1 --alias w --alias c --runs 5 --max-tokens 256 --label after-tune"
+
+
+def test_pareto_front() -> None:
+    # (quality, speed): the fast-but-different point and the exact-but-slow one are both on the front.
+    points = [(1.0, 10.0), (1.0, 12.0), (0.5, 20.0), (0.4, 15.0), (0.9, 12.0)]
+    assert pareto_front(points) == [2, 1]
