@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Fidelity benchmark: how close llm-bench's client-side figures come to the server's own.
+
+Against the CPU bed (a real llama-server router serving a tiny random-weight model, fast enough for
+~2,000 t/s from one stream), it sends the standard request (prompt processed whole, generated to
+max_tokens) at 1 stream and at 8 simultaneous streams on a preset with 8 slots, and for every request
+compares
+
+- the client's decode t/s (tokens after the first over first-to-last token arrival) with the server's
+  ``timings.predicted_per_second`` (the same n-1 intervals, timed inside the server), and
+- the client's TTFT with the server's ``timings.prompt_ms`` (the client's includes the HTTP round trip,
+  the router's proxying and tokenisation, so it is longer; printed in ms).
+
+It prints the deviation of each run and the median; it is a benchmark, not a test, and asserts nothing.
+Usage: .venv/bin/python scripts/fidelity-bench.py [--runs 20] [--max-tokens 512] [--streams 1,8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from llm_bench.engines import open_engine
+from llm_bench.engines.stream import ChatRequest, StreamMeasurement
+from llm_bench.plan import shipped_prompt
+from llm_bench.testbed.llama_server import ensure_llama_server
+from llm_bench.testbed.presets import render_presets_ini
+from llm_bench.testbed.router import running_router
+from llm_bench.testbed.tiny_gguf import TinyModelSpec, write_tiny_model
+from llm_bench.workloads.concurrency import simultaneous
+
+
+def deviation(client: float | None, server: float | None) -> float | None:
+    return None if not client or not server else client / server - 1.0
+
+
+def pct(value: float | None) -> str:
+    return "   n/a" if value is None else f"{value:+.3%}"
+
+
+def measure(engine, request: ChatRequest, streams: int, runs: int) -> list[StreamMeasurement]:
+    engine.stream(request)  # load the preset and warm it up; not counted
+    found: list[StreamMeasurement] = []
+    for _ in range(runs):
+        if streams == 1:
+            found.append(engine.stream(request))
+        else:
+            measurements, errors, _ = simultaneous(engine, request, streams)
+            if errors:
+                raise SystemExit(f"a batch failed: {errors[0]}")
+            found.extend(measurements)
+    return found
+
+
+def report(streams: int, measurements: list[StreamMeasurement]) -> None:
+    print(f"\n== {streams} stream{'s' if streams > 1 else ''}: {len(measurements)} requests ==")
+    print(f"{'#':>3} {'server t/s':>11} {'client t/s':>11} {'decode dev':>10} "
+          f"{'prompt_ms':>10} {'TTFT ms':>9} {'TTFT - prompt_ms':>17}")
+    decode_devs, ttft_gaps = [], []
+    for i, m in enumerate(measurements, 1):
+        timings = m.timings or {}
+        server, client = timings.get("predicted_per_second"), m.client_decode_tps
+        dev = deviation(client, server)
+        prompt_ms, ttft_ms = timings.get("prompt_ms"), None if m.ttft_s is None else m.ttft_s * 1000
+        gap = None if prompt_ms is None or ttft_ms is None else ttft_ms - prompt_ms
+        if dev is not None:
+            decode_devs.append(dev)
+        if gap is not None:
+            ttft_gaps.append(gap)
+        print(f"{i:>3} {server or 0:>11.1f} {client or 0:>11.1f} {pct(dev):>10} "
+              f"{prompt_ms or 0:>10.1f} {ttft_ms or 0:>9.1f} {gap or 0:>17.1f}")
+    if decode_devs:
+        print(f"median decode deviation (client vs server): {pct(statistics.median(decode_devs))}  "
+              f"[min {pct(min(decode_devs))}, max {pct(max(decode_devs))}]")
+    if ttft_gaps:
+        print(f"median TTFT - server prompt_ms: {statistics.median(ttft_gaps):+.1f} ms  "
+              f"[min {min(ttft_gaps):+.1f}, max {max(ttft_gaps):+.1f}]")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=20, help="requests (1 stream) or batches (8 streams) per level")
+    parser.add_argument("--max-tokens", type=int, default=512)
+    parser.add_argument("--streams", default="1,8", help="stream counts, comma-separated")
+    parser.add_argument("--server-threads", type=int, default=1,
+                        help="llama-server threads (default 1: the client keeps a core of its own)")
+    args = parser.parse_args()
+    levels = [int(s) for s in args.streams.split(",")]
+
+    with tempfile.TemporaryDirectory(prefix="llm-bench-fidelity-") as tmp:
+        folder = Path(tmp)
+        model = write_tiny_model(folder / "tiny.gguf", TinyModelSpec(seed=1, name="tiny-fidelity"))
+        slots = max(levels)
+        presets = {f"x{n}": {"model": str(model), "parallel": n, "ctx-size": n * 2048,
+                             "threads": args.server_threads} for n in levels}
+        ini = folder / "presets.ini"
+        ini.write_text(render_presets_ini(presets))
+        with running_router(ensure_llama_server(), ini, log_path=folder / "router.log") as router:
+            engine = open_engine("llama-cpp", router.url, timeout=300, streams=slots)
+            try:
+                for n in levels:
+                    request = ChatRequest(f"x{n}", shipped_prompt("code"), args.max_tokens, 1.0, 42,
+                                          prompt_cache=False)
+                    report(n, measure(engine, request, n, args.runs))
+            finally:
+                engine.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
