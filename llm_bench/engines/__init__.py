@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from llm_bench.engines.base import Engine
+from llm_bench.engines.client import DEFAULT_STREAMS
 from llm_bench.engines.errors import UnknownAlias
 from llm_bench.engines.llama_cpp import LlamaCppEngine
 from llm_bench.engines.openai import OpenAIEngine
@@ -16,7 +17,7 @@ ENGINES = ("llama-cpp", "openai")
 
 
 def open_engine(kind: str, url: str, *, timeout: float, api_key: str | None = None,
-                metrics_url: str | None = None, load_timeout: float = 900.0, streams: int = 1,
+                metrics_url: str | None = None, load_timeout: float = 900.0, streams: int = DEFAULT_STREAMS,
                 metrics_key: bool = False) -> Engine:
     """``streams``: the most simultaneous streams the caller will open (the connection pool's size)."""
     if kind == "llama-cpp":

@@ -74,10 +74,16 @@ def same_origin(url: str, base_url: str) -> bool:
     return (target.scheme, target.host, target.port) == (base.scheme, base.host, base.port)
 
 
+# The connection pool of a caller that does not say how many streams it will open at once (the runner
+# says: its largest concurrency level). More simultaneous streams than this fail fast, never queue.
+DEFAULT_STREAMS = 32
+
+
 class OpenAIClient:
     """The OpenAI-compatible chat endpoint: enough for any engine that streams."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 600.0, streams: int = 1):
+    def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 600.0,
+                 streams: int = DEFAULT_STREAMS):
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.base_url = base_url.rstrip("/")
         # One connection per simultaneous stream, plus a few for the calls around them (models, metrics),

@@ -3,7 +3,7 @@ speed and drafting come from the server's own per-request ``timings``."""
 
 from __future__ import annotations
 
-from llm_bench.engines.client import RouterClient, StatusWatcher
+from llm_bench.engines.client import DEFAULT_STREAMS, RouterClient, StatusWatcher
 from llm_bench.engines.metrics import PrefixCacheCounters, SpecCounters
 from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 
@@ -13,7 +13,7 @@ class LlamaCppEngine:
     decode_source = "server timings"
 
     def __init__(self, url: str, timeout: float, api_key: str | None = None, load_timeout: float = 900.0,
-                 streams: int = 1):
+                 streams: int = DEFAULT_STREAMS):
         self.client = RouterClient(url, api_key=api_key, timeout=timeout, streams=streams)
         self.base_url = self.client.base_url
         self.load_timeout = load_timeout

@@ -10,7 +10,7 @@ import uuid
 
 import httpx
 
-from llm_bench.engines.client import OpenAIClient, same_origin
+from llm_bench.engines.client import DEFAULT_STREAMS, OpenAIClient, same_origin
 from llm_bench.engines.metrics import (
     PrefixCacheCounters,
     SpecCounters,
@@ -26,7 +26,7 @@ class OpenAIEngine:
     decode_source = "stream"
 
     def __init__(self, url: str, timeout: float, api_key: str | None = None, metrics_url: str | None = None,
-                 streams: int = 1, metrics_key: bool = False):
+                 streams: int = DEFAULT_STREAMS, metrics_key: bool = False):
         self.client = OpenAIClient(url, api_key=api_key, timeout=timeout, streams=streams)
         self.base_url = self.client.base_url
         self.metrics_path = metrics_url or "/metrics"
