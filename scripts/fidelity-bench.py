@@ -18,6 +18,7 @@ Usage: .venv/bin/python scripts/fidelity-bench.py [--runs 20] [--max-tokens 512]
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -56,7 +57,11 @@ def measure(engine, request: ChatRequest, streams: int, runs: int) -> list[Strea
 
 
 def report(streams: int, measurements: list[StreamMeasurement]) -> None:
-    print(f"\n== {streams} stream{'s' if streams > 1 else ''}: {len(measurements)} requests ==")
+    # the figures depend on the machine being quiet: a client or router not scheduled when a token
+    # arrives stamps it late, so the load is printed with them
+    load = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    print(f"\n== {streams} stream{'s' if streams > 1 else ''}: {len(measurements)} requests "
+          f"(load average {load} on {os.cpu_count()} CPUs) ==")
     print(f"{'#':>3} {'server t/s':>11} {'client t/s':>11} {'decode dev':>10} "
           f"{'prompt_ms':>10} {'TTFT ms':>9} {'TTFT - prompt_ms':>17}")
     decode_devs, ttft_gaps = [], []
