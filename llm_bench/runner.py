@@ -19,6 +19,7 @@ from llm_bench.gpu.nvml import Nvml, VramReading
 from llm_bench.plan import Plan, Protocol
 from llm_bench.results import FORMAT, AliasRecord, ResultSet, ResultsWriter, results_stem
 from llm_bench.gpu.telemetry import sampling
+from llm_bench.support.progress import progress
 from llm_bench.workloads import RUNNERS
 from llm_bench.workloads.common import WorkloadInterrupted, chat_request, derive
 
@@ -166,8 +167,9 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
             writer = ResultsWriter(plan.output_dir, ResultSet(provenance(plan, engine, gpus, started_at)),
                                    results_stem(started_at, plan.label or "run"))
             log(f"Results: {writer.path}")
+            durations: list[float] = []
             for n, alias in enumerate(aliases, 1):
-                log(f"Benchmark {n}/{len(aliases)}: {alias}")
+                log(f"Benchmark {progress(n, len(aliases), durations)}: {alias}")
                 t0 = time.perf_counter()
                 checks = InRunChecks(gpus, log, plan.checks, early.get(alias, ()))
                 checks.start()
@@ -179,7 +181,8 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
                     writer.extend(e.records)
                     raise RunAborted(f"{e}; results so far are in {writer.path}") from e.cause
                 writer.extend(records)
-                log(f"  done in {time.perf_counter() - t0:.1f} s")
+                durations.append(time.perf_counter() - t0)
+                log(f"  done in {durations[-1]:.1f} s")
             writer.finish(datetime.now(timezone.utc))
     finally:
         engine.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -37,6 +38,7 @@ from llm_bench.plan import (
 )
 from llm_bench.runner import RunAborted, run_plan
 from llm_bench.support.poll import poll_until
+from llm_bench.support.progress import progress
 from llm_bench.results import FORMAT, ResultSet, ResultsWriter, load_results
 
 Log = Callable[[str], None]
@@ -263,13 +265,16 @@ def run_sweep(plan: SweepPlan, log: Log) -> SweepOutcome:
         log(f"resuming: {len(done)} configuration(s) already measured in {plan.output_dir}")
     outcome = SweepOutcome()
     try:
-        for target in plan.targets:
-            log(f"== target {target.name} ({target.engine})")
+        durations: list[float] = []
+        for n, target in enumerate(plan.targets, 1):
+            log(f"== target {target.name} ({target.engine}): {progress(n, len(plan.targets), durations)}")
+            started = time.perf_counter()
             try:
                 measure = _measure_openai if target.engine == "openai" else _measure_llama
                 path = measure(plan, target, done, log)
                 if path is not None:
                     outcome.measured.append(path)
+                    durations.append(time.perf_counter() - started)  # skipped targets would say "no time left"
             except (SweepError, RunAborted, PlanError) as e:
                 outcome.failures[target.name] = str(e)
                 log(f"target {target.name} FAILED: {e}")

@@ -49,12 +49,15 @@ def test_identical_presets_are_within_noise_and_a_larger_model_is_slower(three_p
     result = invoke("run", "--url", three_presets.url, "--alias", "tiny-a,tiny-b,larger", "--runs", "5",
                     "--max-tokens", "64", "--output-dir", str(out))
     assert result.exit_code == 0, result.output
+    assert "Benchmark 1/3: tiny-a" in result.output
+    assert "Benchmark 3/3, about " in result.output and " left: larger" in result.output  # progress and ETA
     path = results_file(out)
 
-    # On two shared cores, what else runs during one load and not during the next still moves one preset's runs
-    # against another's by more than the runs within one load show; the bed's noise floor is set wider than the
-    # GPU default of 2 %.
-    common = [str(path), "--baseline", "tiny-a", "--min-effect", "10%"]
+    # On two cores shared with other test runs (load average 9), what else runs during one load and not during
+    # the next still moves one preset's runs against another's by more than the runs within one load show (seen:
+    # identical presets 0.89x apart with every run of one below every run of the other); the bed's noise floor is
+    # set to that, where the GPU default is 2 %. The larger model is some twenty times slower.
+    common = [str(path), "--baseline", "tiny-a", "--min-effect", "25%"]
     table = invoke("report", *common)
     assert table.exit_code == 0, table.output
     lines = {line.split(" | ")[0].strip("| "): line for line in table.output.splitlines() if line.startswith("| ")}
@@ -66,7 +69,7 @@ def test_identical_presets_are_within_noise_and_a_larger_model_is_slower(three_p
     by_name = {row["configuration"]: row for row in data["main"]}
     assert by_name["tiny-b"]["verdict"] == "within noise"
     assert by_name["tiny-b"]["ratio_low"] <= 1.0 <= by_name["tiny-b"]["ratio_high"] or \
-        abs(by_name["tiny-b"]["ratio"] - 1.0) < 0.1
+        abs(by_name["tiny-b"]["ratio"] - 1.0) < 0.25
     assert by_name["larger"]["verdict"] == "slower"
     assert by_name["larger"]["ratio_high"] < 1.0 and by_name["larger"]["ratio"] < 0.5
     # The speed-up is of the server's own decode rates (timings.predicted_per_second), as recorded per run.
@@ -85,12 +88,12 @@ def test_identical_presets_are_within_noise_and_a_larger_model_is_slower(three_p
 
 def test_precision_stops_early_on_a_stable_preset_and_at_the_cap_otherwise(three_presets, tmp_path):
     loose = invoke("run", "--url", three_presets.url, "--alias", "larger", "--max-tokens", "64",
-                   "--precision", "50%", "--max-runs", "8", "--output-dir", str(tmp_path / "loose"))
+                   "--precision", "50%", "--max-runs", "12", "--output-dir", str(tmp_path / "loose"))
     assert loose.exit_code == 0, loose.output
     (record,) = tomllib.loads(results_file(tmp_path / "loose").read_text())["aliases"]
-    # Six runs are the fewest whose median has a 95 % interval; a second of decoding per run keeps six runs'
-    # spread well within +-50 % of their median even on a loaded machine.
-    assert len(record["runs"]) == 6
+    # Six runs are the fewest whose median has a 95 % interval, and up to eight it spans all of them, so one run
+    # caught by another process's burst can hold it open; from nine on it leaves out the extremes.
+    assert 6 <= len(record["runs"]) < 12
     assert record["stopped_by"] == "precision"
     assert record["precision_target"] == 0.5 and record["precision_reached"] <= 0.5
     assert "Precision of the median decode rate" in loose.output
