@@ -40,7 +40,7 @@ class FakeVllmState:
     per_pos: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
     prefix_queries: int = 0
     prefix_hits: int = 0
-    seen_prompts: set[str] = field(default_factory=set)
+    seen_prompts: set[tuple[str | None, str]] = field(default_factory=set)  # (cache_salt, prompt)
     dropped: int = 0
     chat_calls: int = 0
     health_calls: int = 0
@@ -156,8 +156,10 @@ class FakeVllm:
         prompt = body["messages"][-1]["content"]
         prompt_tokens = max(1, len(prompt) // 4)
         with self.lock:
-            cached = prompt_tokens if (cfg.prefix_cache and prompt in self.state.seen_prompts) else 0
-            self.state.seen_prompts.add(prompt)
+            # vLLM mixes cache_salt into the prefix cache's block hashes: another salt, no hit
+            key = (body.get("cache_salt"), prompt)
+            cached = prompt_tokens if (cfg.prefix_cache and key in self.state.seen_prompts) else 0
+            self.state.seen_prompts.add(key)
             self.state.prefix_queries += prompt_tokens
             self.state.prefix_hits += cached
         handler.send_response(200)
