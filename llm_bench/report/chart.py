@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from llm_bench.support.plotting import ChartError, check_chart_path, figure
-from llm_bench.report.rows import Row, sort_fastest_first, speed_rows, speedup, verdict_of
+from llm_bench.report.rows import Row, base_for, sort_fastest_first, speed_rows, speedup, verdict_of
 from llm_bench.report.verdict import FASTER, SLOWER, WITHIN_NOISE
 
 def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, title: str | None = None,
@@ -22,8 +22,8 @@ def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, tit
         values = [r.decode_tps for r in measured]
         colours = ["#2b6cb0" if r.record.comparable and not r.record.errors else "#a0aec0" for r in measured]
         bars = ax.barh(positions, values, color=colours, height=0.7)
-        verdicts = {} if baseline is None else {r.configuration: verdict_of(r, baseline, min_effect).kind
-                                                 for r in measured}
+        verdicts = {} if baseline is None else {
+            r.configuration: verdict_of(r, base_for(r, measured, baseline), min_effect).kind for r in measured}
         for bar, r in zip(bars, measured):  # hatched: not distinguishable from the baseline
             if verdicts.get(r.configuration) == WITHIN_NOISE:
                 bar.set_hatch("///")
@@ -52,7 +52,7 @@ def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, tit
             right = max(bar.get_width(), s.max if s else 0.0) + top * 0.015
             notes = [] if inside else [value]
             if baseline is not None:
-                ratio = speedup(r, baseline)
+                ratio = speedup(r, base_for(r, measured, baseline))
                 if ratio is not None:
                     notes.append(f"{ratio:.2f}x")
                 kind = verdicts.get(r.configuration)

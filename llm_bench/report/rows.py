@@ -176,6 +176,18 @@ def acceptance_text(record: AliasRecord) -> str:
 
 
 
+def base_for(row: Row, rows: Sequence[Row], baseline: Row) -> Row:
+    """What a row is compared with: the baseline, or for a prompt category the baseline's own record of that
+    category when it was measured (code against code: drafting accepts far more on code than on prose)."""
+    category = row.record.category
+    if category and baseline.record.category != category:
+        for other in rows:
+            if (other.record.category == category and other.record.alias == baseline.record.alias
+                    and other.label == baseline.label):
+                return other
+    return baseline
+
+
 def speedup(row: Row, baseline: Row) -> float | None:
     """Ratio of the medians, as the chart's bars show it."""
     if row.decode_tps is None or not baseline.decode_tps:

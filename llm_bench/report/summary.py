@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llm_bench.report.rows import NOT_COMPARABLE, Row, sort_fastest_first, speed_rows, speedup_text, verdict_of
+from llm_bench.report.rows import NOT_COMPARABLE, Row, base_for, sort_fastest_first, speed_rows, speedup_text, verdict_of
 from llm_bench.report.table import num, verdict_text
 from llm_bench.report.verdict import FASTER, SLOWER, TOO_FEW_RUNS, WITHIN_NOISE
 
@@ -25,8 +25,10 @@ def _against(rows: Sequence[Row], baseline: Row, min_effect: float | None) -> di
     for row in speed_rows(rows):
         if row.configuration == baseline.configuration or row.decode_tps is None:
             continue
-        v = verdict_of(row, baseline, min_effect)
-        by_kind.setdefault(v.kind, []).append(f"{row.configuration} ({speedup_text(row, baseline)})")
+        base = base_for(row, rows, baseline)
+        v = verdict_of(row, base, min_effect)
+        versus = "" if base is baseline else f" of {base.configuration}"
+        by_kind.setdefault(v.kind, []).append(f"{row.configuration} ({speedup_text(row, base)}{versus})")
     return by_kind
 
 
@@ -40,8 +42,9 @@ def summary_sections(rows: Sequence[Row], baseline: Row | None, failures: dict[s
     for engine, row in by_engine.items():
         versus = ""
         if baseline is not None and row.configuration != baseline.configuration:
-            v = verdict_of(row, baseline, min_effect)
-            versus = (f", {speedup_text(row, baseline)} the baseline {baseline.configuration}: "
+            base = base_for(row, rows, baseline)
+            v = verdict_of(row, base, min_effect)
+            versus = (f", {speedup_text(row, base)} the baseline {base.configuration}: "
                       f"{verdict_text(v)}")
         elif baseline is not None:
             versus = " (the baseline)"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llm_bench.report.rows import (
-    BASELINE, Row, acceptance_text, context_of, kv_types, notes_of, sort_fastest_first, speculation,
+    BASELINE, Row, acceptance_text, base_for, context_of, kv_types, notes_of, sort_fastest_first, speculation,
     speed_rows, speedup, verdict_of,
 )
 from llm_bench.report.verdict import Verdict
@@ -31,6 +31,7 @@ class Context:
     baseline: Row | None
     verdicts: dict[str, Verdict]
     with_roofline: bool
+    bases: dict[str, Row] = field(default_factory=dict)  # what each row is compared with (rows.base_for)
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,8 @@ def _runs(row: Row, _ctx: Context) -> Cell:
 
 
 def _versus(row: Row, ctx: Context) -> Cell:
-    value = None if ctx.baseline is None else speedup(row, ctx.baseline)
+    base = ctx.bases.get(row.configuration, ctx.baseline)
+    value = None if base is None else speedup(row, base)
     return Cell("-" if value is None else f"{value:.2f}x", {"speedup": value})
 
 
@@ -164,8 +166,10 @@ MAIN_COLUMNS: list[Column] = [
 
 def context_for(rows: Sequence[Row], baseline: Row | None, min_effect: float | None = None) -> Context:
     chosen = speed_rows(rows)
-    verdicts = {} if baseline is None else {r.configuration: verdict_of(r, baseline, min_effect) for r in chosen}
-    return Context(baseline, verdicts, any(r.record.roofline_tps for r in chosen))
+    bases = {} if baseline is None else {r.configuration: base_for(r, chosen, baseline) for r in chosen}
+    verdicts = {name: verdict_of(r, bases[name], min_effect) for r in chosen for name in [r.configuration]
+                if name in bases}
+    return Context(baseline, verdicts, any(r.record.roofline_tps for r in chosen), bases)
 
 
 def main_table(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> Table:
