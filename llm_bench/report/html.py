@@ -164,7 +164,9 @@ def _provenance_html(sets: Sequence[ResultSet], rows: Sequence[Row]) -> str:
     parts = ['<section id="provenance">', "<h2>Provenance</h2>"]
     for result_set in sets:
         meta = result_set.meta
-        gpus = ", ".join(f"GPU{g.get('index')} {g.get('name')} ({g.get('memory_total_mib', 0):.0f} MiB)"
+        gpus = ", ".join(f"GPU{g.get('index')} {g.get('name')}"
+                         + (f" ({g['memory_total_mib']:.0f} MiB)" if isinstance(g.get("memory_total_mib"), (int, float))
+                            else "")
                          for g in meta.get("gpus", []) if isinstance(g, dict)) or "-"
         facts = [
             ("label", meta.get("label") or "-"), ("host", meta.get("host")), ("engine", meta.get("engine")),
@@ -191,7 +193,8 @@ def _provenance_html(sets: Sequence[ResultSet], rows: Sequence[Row]) -> str:
 
 
 def _quality_html(rows: Sequence[Row]) -> str:
-    """The quality workload's section (llm_bench.report.quality, owned by the quality workload), when present."""
+    """The quality workload's section, when its module exists: ``llm_bench.report.quality.quality_table(rows)``
+    returning a ``table.Table`` (rendered like every table) or Markdown text, or None when nothing was measured."""
     try:
         quality = importlib.import_module("llm_bench.report.quality")
     except ModuleNotFoundError:
