@@ -92,7 +92,7 @@ def test_api_key_from_file_is_used_and_never_written(llama_server_bin, bed, rout
     assert f"file {key_file}" in text  # where the key came from is provenance
 
     denied = invoke("run", "--engine", "openai", "--url", router.url, "--output-dir", str(tmp_path / "denied"))
-    assert denied.exit_code == 1
+    assert denied.exit_code == 2  # could not run: the server refused the listing
     assert "401" in denied.output
 
     from_env = invoke("run", "--engine", "openai", "--url", router.url, "--alias", "tiny-plain", "--runs", "1",
