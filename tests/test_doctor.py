@@ -359,3 +359,21 @@ def test_a_preset_without_prompt_cache_is_flagged_by_doctor_and_by_the_prefix_ca
         runs=1, max_tokens=4, workloads=("prefix-cache",), prefix_prompt_tokens=100, prefix_max_tokens=4))
     [record] = load_results(run_plan(plan, lambda m: None, nvml=Nvml(FakeNvml())).path).aliases
     assert any(w.startswith("DOCTOR prefix-cache: nocache:") for w in record.warnings), record.warnings
+
+
+def test_run_against_vllm_started_with_half_and_a_drafter_warns_before_measuring(tmp_path):
+    argv = REPORT_CMDLINE.split(" ")  # as /proc/PID/cmdline holds it: one argument per word
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *argv])
+    try:
+        poll_until(lambda: [l for l in vllm_command_lines() if "--dtype half" in l] or None, timeout=10,
+                   interval=0.1)
+        logs: list[str] = []
+        with FakeVllm(FakeVllmConfig()) as vllm:
+            plan = Plan(url=vllm.url, engine="openai", output_dir=tmp_path, protocol=Protocol(runs=1, max_tokens=8))
+            [record] = load_results(run_plan(plan, logs.append, nvml=Nvml(FakeNvml())).path).aliases
+    finally:
+        proc.kill()
+        proc.wait()
+    [said] = [l for l in logs if "[vllm-dtype]" in l]
+    assert said.startswith("!!! ERROR [vllm-dtype] the target runs in dtype half")
+    assert any(w.startswith("DOCTOR vllm-dtype:") for w in record.warnings)

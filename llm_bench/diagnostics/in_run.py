@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from llm_bench.diagnostics.checks import (
     ServerConfig,
     check_acceptance_log,
+    check_dtype_with_speculation,
     check_fa_fallback,
     check_fork_control,
     check_offload,
@@ -17,6 +18,8 @@ from llm_bench.diagnostics.checks import (
     check_roofline,
     check_xid,
     check_xid_events,
+    vllm_command_lines,
+    vllm_config,
 )
 from llm_bench.diagnostics.evidence import detect_fork, router_presets
 from llm_bench.diagnostics.findings import INFO, Finding
@@ -33,16 +36,23 @@ Log = Callable[[str], None]
 
 def before_the_run(engine: Engine, aliases: Sequence[str], settings: Checks, log: Log) -> dict[str, list[Finding]]:
     """What can be said of the aliases before any is measured: a control preset on the llamAmpere fork
-    without ``spec-type = none`` (the fork defaults --spec-type to auto, so it would speculate)."""
+    without ``spec-type = none`` (the fork defaults --spec-type to auto, so it would speculate); for an
+    OpenAI server, vLLM's dtype with a drafter and prefix caching (local command lines, /metrics)."""
     presets = router_presets(engine)
     fork = detect_fork(engine, presets, settings.build, settings.marker)
+    server: list[Finding] = []
+    if engine.kind == "openai":
+        config = vllm_config(vllm_command_lines(), None, engine.metrics_text())
+        server = check_dtype_with_speculation(config) + check_prefix_caching(config)
+    for finding in server:
+        log(f"!!! {finding.text()}")
     out: dict[str, list[Finding]] = {}
     for alias in aliases:
-        found = check_fork_control(fork, {alias: presets[alias]} if alias in presets else {})
-        for finding in found:
+        own = check_fork_control(fork, {alias: presets[alias]} if alias in presets else {})
+        for finding in own:
             log(f"!!! {finding.text()}")
-        if found:
-            out[alias] = found
+        if server or own:
+            out[alias] = server + own
     return out
 
 
