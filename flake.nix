@@ -12,7 +12,12 @@
     llamampere.flake = false;
   };
 
-  outputs = { self, nixpkgs, llamampere }:
+  outputs =
+    {
+      self,
+      nixpkgs,
+      llamampere,
+    }:
     let
       system = "x86_64-linux";
       inherit (nixpkgs) lib;
@@ -58,19 +63,6 @@
               }
             ];
           };
-          # A specialisation's configuration, as nixos/modules/system/activation/specialisation.nix
-          # builds it.
-          configOf =
-            name:
-            if name == "base" then
-              cpuSystem.config
-            else
-              (cpuSystem.extendModules {
-                modules = [
-                  cpuSystem.config.specialisation.${name}.configuration
-                  { specialisation = lib.mkOverride 0 { }; }
-                ];
-              }).config;
 
           checks = {
             # The pure parts, as the Python tests check them, but inside Nix.
@@ -81,22 +73,26 @@
             specialisation-switch = import ./tests/nixos/specialisation-switch.nix args;
             # Each engine's presets INI, whose build runs check-preset-keys against that engine's
             # own llama-server (the fork's keys against the fork), built without CUDA.
-            presets-keys = pkgs.linkFarm "llm-bench-presets-checked" (
-              map (name: {
-                name = "${name}.ini";
-                path = (configOf name).environment.etc."llama-cpp/presets.ini".source;
-              }) [ "base" "llm-fa86" "llm-llamampere" ]
-            );
+            presets-keys = import ./tests/nixos/presets-keys.nix {
+              inherit pkgs;
+              nixosSystem = cpuSystem;
+            };
             llm-bench = self.packages.${system}.llm-bench;
           };
         in
-        pkgs.linkFarm "llm-bench-cpu-checks" (lib.mapAttrsToList (name: path: { inherit name path; }) checks)
-        // { inherit checks; };
+        pkgs.linkFarm "llm-bench-cpu-checks" (
+          lib.mapAttrsToList (name: path: { inherit name path; }) checks
+        )
+        // {
+          inherit checks;
+        };
 
-      llamampereSource = { lib, ... }: {
-        llmBench.llamampere.src = lib.mkDefault llamampere;
-        llmBench.llamampere.version = lib.mkDefault llamampereVersion;
-      };
+      llamampereSource =
+        { lib, ... }:
+        {
+          llmBench.llamampere.src = lib.mkDefault llamampere;
+          llmBench.llamampere.version = lib.mkDefault llamampereVersion;
+        };
     in
     {
       nixosModules = {
@@ -106,10 +102,16 @@
         hyperqwen = ./modules/hyperqwen.nix;
         llm-fa86 = ./specialisations/llm-fa86.nix;
         llm-llamampere = {
-          imports = [ ./specialisations/llm-llamampere.nix llamampereSource ];
+          imports = [
+            ./specialisations/llm-llamampere.nix
+            llamampereSource
+          ];
         };
         default = {
-          imports = [ ./modules/default.nix llamampereSource ];
+          imports = [
+            ./modules/default.nix
+            llamampereSource
+          ];
         };
       };
 
@@ -142,12 +144,21 @@
         cuda-llamampere = self.packages.${system}.llamampere;
       };
 
-
       devShells.${system}.default = pkgs.mkShell {
         packages = [
-          (pkgs.python3.withPackages (ps: with ps; [
-            httpx httpx-sse click nvidia-ml-py tomli-w matplotlib gguf pytest pyyaml
-          ]))
+          (pkgs.python3.withPackages (
+            ps: with ps; [
+              httpx
+              httpx-sse
+              click
+              nvidia-ml-py
+              tomli-w
+              matplotlib
+              gguf
+              pytest
+              pyyaml
+            ]
+          ))
           pkgs.nix
           pkgs.nixfmt
         ];

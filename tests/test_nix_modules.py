@@ -153,8 +153,38 @@ def test_specialisations_are_declared(full: dict) -> None:
     assert full["specialisations"] == ["llm-fa86", "llm-llamampere"]
     assert set(full["specialised"]) == {"llm-fa86", "llm-llamampere"}
     for spec in full["specialised"].values():
-        assert spec["specialisations"] == []  # no nesting
         assert spec["failedAssertions"] == []
+
+
+CPU = "{ llmBench.cuda = false; }"
+
+
+def test_the_flakes_key_check_reads_specialisations_as_nixos_gives_them() -> None:
+    """The flake's presets-keys check (tests/nixos/presets-keys.nix) takes each INI from the
+    evaluated system: `specialisation.<name>.configuration` is the child's config, as NixOS
+    (and the harness) type it through extendModules, not a module to evaluate again."""
+    farm = nix_eval(
+        f"let h = {harness()}; in (import {REPO}/tests/nixos/presets-keys.nix {{"
+        f" inherit (h) pkgs; nixosSystem = h.eval [ {ALL} {LLAMAMPERE_SRC} {CPU} ]; }}).entries"
+    )
+    cpu = summary(ALL, LLAMAMPERE_SRC, CPU)
+    configs = {"base": cpu, **cpu["specialised"]}
+    assert {e["name"]: e["path"] for e in farm} == {
+        f"{name}.ini": config["etc"]["presetsIni"]["sourcePath"] for name, config in configs.items()
+    }
+    assert len({e["path"] for e in farm}) == 3  # three packages, three checked INIs
+
+
+def test_the_harness_types_specialisations_as_nixos_does() -> None:
+    """The control: feeding a specialisation's configuration back into extendModules as a
+    module (the flake's former `configOf`) defines every option twice, so a read-only one
+    fails, as it does in NixOS; the harness no longer models a deferred module."""
+    with pytest.raises(NixError, match="presetsIni' is read-only, but it's set multiple times"):
+        nix_eval(
+            f"let h = {harness()}; base = h.eval [ {ALL} {LLAMAMPERE_SRC} ]; in"
+            ' (base.extendModules { modules = [ base.config.specialisation.llm-fa86.configuration'
+            " { specialisation = h.lib.mkOverride 0 { }; } ]; }).config.services.llama-cpp.presetsIni"
+        )
 
 
 def test_llm_fa86(full: dict) -> None:

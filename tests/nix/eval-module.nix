@@ -27,66 +27,104 @@ let
   utils.escapeSystemdExecArgs = (import ../../modules/lib/systemd-args.nix).escapeSystemdArgs;
 
   # The NixOS options that the modules set, declared loosely.
-  nixosStub = { config, ... }: {
-    options = {
-      assertions = mkOption { type = types.listOf types.unspecified; default = [ ]; };
-      warnings = mkOption { type = types.listOf types.str; default = [ ]; };
-      # nixpkgs modules set meta.maintainers; never read here (its list is not in ../shared/nixpkgs).
-      meta = mkOption { type = types.lazyAttrsOf types.raw; default = { }; };
-      environment.etc = mkOption {
-        default = { };
-        type = types.attrsOf (types.submodule {
-          options = {
-            text = mkOption { type = types.nullOr types.lines; default = null; };
-            source = mkOption { type = types.nullOr types.unspecified; default = null; };
-          };
-        });
-      };
-      systemd.services = mkOption {
-        default = { };
-        type = types.attrsOf (types.submodule {
-          freeformType = types.attrsOf types.anything;
-          options = {
-            serviceConfig = mkOption { type = types.attrsOf types.anything; default = { }; };
-            environment = mkOption { type = types.attrsOf types.str; default = { }; };
-            wantedBy = mkOption { type = types.listOf types.str; default = [ ]; };
-            after = mkOption { type = types.listOf types.str; default = [ ]; };
-          };
-        });
-      };
-      networking.firewall.allowedTCPPorts = mkOption { type = types.listOf types.port; default = [ ]; };
-      specialisation = mkOption {
-        default = { };
-        type = types.attrsOf (types.submodule {
-          options = {
-            configuration = mkOption { type = types.deferredModule; default = { }; };
-            inheritParentConfig = mkOption { type = types.bool; default = true; };
-          };
-        });
+  nixosStub =
+    { extendModules, ... }:
+    {
+      options = {
+        assertions = mkOption {
+          type = types.listOf types.unspecified;
+          default = [ ];
+        };
+        warnings = mkOption {
+          type = types.listOf types.str;
+          default = [ ];
+        };
+        # nixpkgs modules set meta.maintainers; never read here (its list is not in ../shared/nixpkgs).
+        meta = mkOption {
+          type = types.lazyAttrsOf types.raw;
+          default = { };
+        };
+        environment.etc = mkOption {
+          default = { };
+          type = types.attrsOf (
+            types.submodule {
+              options = {
+                text = mkOption {
+                  type = types.nullOr types.lines;
+                  default = null;
+                };
+                source = mkOption {
+                  type = types.nullOr types.unspecified;
+                  default = null;
+                };
+              };
+            }
+          );
+        };
+        systemd.services = mkOption {
+          default = { };
+          type = types.attrsOf (
+            types.submodule {
+              freeformType = types.attrsOf types.anything;
+              options = {
+                serviceConfig = mkOption {
+                  type = types.attrsOf types.anything;
+                  default = { };
+                };
+                environment = mkOption {
+                  type = types.attrsOf types.str;
+                  default = { };
+                };
+                wantedBy = mkOption {
+                  type = types.listOf types.str;
+                  default = [ ];
+                };
+                after = mkOption {
+                  type = types.listOf types.str;
+                  default = [ ];
+                };
+              };
+            }
+          );
+        };
+        networking.firewall.allowedTCPPorts = mkOption {
+          type = types.listOf types.port;
+          default = [ ];
+        };
+        # As nixos/modules/system/activation/specialisation.nix declares it: `configuration`
+        # is typed by `extendModules`, so its value is the child's evaluated config (the
+        # parent's modules, the specialisation's definitions, and no specialisations of its
+        # own, as NixOS's no-clone.nix), not a module. (inheritParentConfig = false, which
+        # NixOS evaluates without the user's modules, is used by none of ours: not declared.)
+        specialisation = mkOption {
+          default = { };
+          type = types.attrsOf (
+            types.submodule {
+              options.configuration = mkOption {
+                default = { };
+                inherit (extendModules { modules = [ { specialisation = lib.mkOverride 0 { }; } ]; }) type;
+              };
+            }
+          );
+        };
       };
     };
-  };
 
-  eval = modules: lib.evalModules {
-    modules =
-      [ nixosStub { _module.args = { inherit pkgs utils; }; } ]
-      ++ [ nixpkgsModule ]
-      ++ modules;
-    specialArgs = { inherit modulesPath; };
-  };
-
-  # As NixOS does (nixos/modules/system/activation/specialisation.nix): the parent's
-  # modules plus the specialisation's, without specialisations of its own.
-  specialise = base: name: base.extendModules {
-    modules = [
-      base.config.specialisation.${name}.configuration
-      { specialisation = lib.mkOverride 0 { }; }
-    ];
-  };
+  eval =
+    modules:
+    lib.evalModules {
+      modules = [
+        nixosStub
+        { _module.args = { inherit pkgs utils; }; }
+        nixpkgsModule
+      ] ++ modules;
+      specialArgs = { inherit modulesPath; };
+    };
 
   failedAssertions = config: map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
 
-  describe = config:
+  describe =
+    config:
     let
       cfg = config.services.llama-cpp;
       unit = config.systemd.services.llama-cpp;
@@ -96,7 +134,17 @@ let
       failedAssertions = failedAssertions config;
       warnings = config.warnings;
       options = {
-        inherit (cfg) enable host port openFirewall modelsMax sleepIdleSeconds specialisation extraFlags deviceAllow;
+        inherit (cfg)
+          enable
+          host
+          port
+          openFirewall
+          modelsMax
+          sleepIdleSeconds
+          specialisation
+          extraFlags
+          deviceAllow
+          ;
         model = if cfg.model == null then null else toString cfg.model;
         modelsDir = if cfg.modelsDir == null then null else toString cfg.modelsDir;
       };
@@ -122,14 +170,20 @@ let
       environment = unit.environment;
       wantedBy = unit.wantedBy;
       etc = {
-        presetsIni = if etc ? "llama-cpp/presets.ini" then
-          let src = etc."llama-cpp/presets.ini".source; in {
-            sourcePath = src.outPath;
-            sourceText = src.text;
-            buildCommand = src.buildCommand or null;
-            nativeBuildInputs = map (p: p.name) (src.nativeBuildInputs or [ ]);
-            context = builtins.attrNames (builtins.getContext src.text);
-          } else null;
+        presetsIni =
+          if etc ? "llama-cpp/presets.ini" then
+            let
+              src = etc."llama-cpp/presets.ini".source;
+            in
+            {
+              sourcePath = src.outPath;
+              sourceText = src.text;
+              buildCommand = src.buildCommand or null;
+              nativeBuildInputs = map (p: p.name) (src.nativeBuildInputs or [ ]);
+              context = builtins.attrNames (builtins.getContext src.text);
+            }
+          else
+            null;
         activeJson = etc."llama-cpp/active.json".text;
       };
       firewall = config.networking.firewall.allowedTCPPorts;
@@ -137,14 +191,23 @@ let
     };
 in
 {
-  inherit lib pkgs eval specialise failedAssertions describe;
+  inherit
+    lib
+    pkgs
+    eval
+    failedAssertions
+    describe
+    ;
 
   # Summary of the base system and of every specialisation.
-  summary = modules:
-    let base = eval modules;
+  summary =
+    modules:
+    let
+      base = eval modules;
     in
-    describe base.config // {
-      specialised = lib.mapAttrs (name: _: describe (specialise base name).config) base.config.specialisation;
+    describe base.config
+    // {
+      specialised = lib.mapAttrs (_: s: describe s.configuration) base.config.specialisation;
     };
 
   # Just the failed assertions (for configurations with bad preset data, whose INI throws).

@@ -144,6 +144,12 @@ let
     runCommand =
       name: env: buildCommand:
       fakeDrv (env // { inherit name buildCommand; });
+    linkFarm =
+      name: entries:
+      fakeDrv {
+        inherit name entries;
+        buildCommand = lib.concatMapStrings (e: "ln -s ${e.path} $out/${e.name}\n") entries;
+      };
 
     callPackage = callPackageWith pkgs;
 
