@@ -132,6 +132,11 @@ def _acceptance(row: Row, _ctx: Context) -> Cell:
     })
 
 
+def _speculation(row: Row) -> Cell:
+    text = speculation(row.record.preset_args)
+    return Cell(text, {"speculation": None if text == "-" else text})
+
+
 def _has_baseline(ctx: Context) -> bool:
     return ctx.baseline is not None
 
@@ -141,8 +146,7 @@ MAIN_COLUMNS: list[Column] = [
     Column("Engine", lambda row, ctx: Cell(
         f"{row.engine} ({'server' if row.record.decode_source == 'server timings' else 'stream'})",
         {"engine": row.engine})),
-    Column("Speculation", lambda row, ctx: Cell(speculation(row.record.preset_args),
-                                                {"speculation": speculation(row.record.preset_args)})),
+    Column("Speculation", lambda row, ctx: _speculation(row)),
     Column("KV", lambda row, ctx: Cell(kv_types(row.record.preset_args) if row.record.preset_args else "-",
                                        {"kv_types": kv_types(row.record.preset_args)
                                         if row.record.preset_args else None})),
