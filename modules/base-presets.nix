@@ -22,19 +22,11 @@
 let
   cfg = config.llmBench;
   inherit (lib) mkOption types;
+  inherit (import ./lib/presets-ini.nix { inherit lib; }) presetType yielding;
   cuda = import ./lib/cuda-unit.nix;
   defaults = import ./presets/models.nix;
 
-  iniValue = types.nullOr (
-    types.oneOf [
-      types.str
-      types.int
-      types.bool
-      types.float
-      types.path
-    ]
-  );
-  presetsType = types.attrsOf (types.attrsOf iniValue);
+  presetsType = types.attrsOf presetType;
 
   engineNames = [
     "stock"
@@ -42,12 +34,13 @@ let
     "llamampere"
   ];
 
+  # `default` and `active` can name only these, so another name in `engines` would give a
+  # specialisation whose evaluation fails; it is an assertion instead.
+  unknownEngines = lib.subtractLists engineNames (lib.attrNames cfg.engines);
+
   engine =
     cfg.engines.${cfg.active}
       or (throw "llmBench: engine `${cfg.active}` is not declared; import its module (nixosModules.llm-${cfg.active}, or nixosModules.default)");
-
-  # The module's presets yield to every definition a user makes, key by key.
-  yielding = lib.mapAttrs (_: lib.mapAttrs (_: lib.mkDefault));
 
   # An engine's own presets over the base ones, key by key (or alone).
   presetsOf = e: lib.recursiveUpdate (if e.inheritBasePresets then cfg.presets else { }) e.presets;
@@ -90,7 +83,11 @@ let
         presets = mkOption {
           type = presetsType;
           default = { };
-          description = "The presets this engine adds (over the base presets, when it inherits them).";
+          description = ''
+            The presets this engine adds (over the base presets, when it inherits them).
+            The engine modules define theirs key by key at mkDefault priority, so a
+            definition of one key overrides just that key.
+          '';
         };
         inheritBasePresets = mkOption {
           type = types.bool;
@@ -164,7 +161,11 @@ in
     engines = mkOption {
       type = types.attrsOf (types.submodule engineModule);
       default = { };
-      description = "The engines (llama.cpp builds with their presets); see `llmBench.default`.";
+      description = ''
+        The engines (llama.cpp builds with their presets), each declared by its module:
+        `stock` (this one), `fa86` and `llamampere`; another name is an assertion. See
+        `llmBench.default`.
+      '';
     };
   };
 
@@ -194,7 +195,7 @@ in
           services.llama-cpp.specialisation = e.specialisation;
         };
       }
-    ) (lib.filterAttrs (name: e: e.enable && name != cfg.default) cfg.engines);
+    ) (lib.filterAttrs (name: e: e.enable && name != cfg.default) (removeAttrs cfg.engines unknownEngines));
 
     # A package set on the service itself outranks every engine's, so every specialisation
     # would run it (and the marker would name it), which is rarely what was meant.
@@ -205,6 +206,10 @@ in
     '';
 
     assertions = [
+      {
+        assertion = unknownEngines == [ ];
+        message = "llmBench.engines: no engine named ${lib.concatMapStringsSep ", " (n: "`${n}`") unknownEngines}; the engines are ${lib.concatStringsSep ", " engineNames} (a build of your own goes into llmBench.engines.<engine>.package).";
+      }
       {
         assertion = engine.enable || cfg.active != cfg.default;
         message = "llmBench.default = \"${cfg.default}\", but llmBench.engines.${cfg.default}.enable is false.";

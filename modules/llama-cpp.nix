@@ -23,18 +23,27 @@
 #
 # The pure parts (INI rendering, checks, grids, command line, marker) are in
 # ./lib/presets-ini.nix.
-{ config, lib, pkgs, ... }:
+{
+  config,
+  lib,
+  pkgs,
+  ...
+}:
 
 let
   cfg = config.services.llama-cpp;
   ini = import ./lib/presets-ini.nix { inherit lib; };
+  inherit (ini) presetType;
   cuda = import ./lib/cuda-unit.nix;
   inherit (lib) mkOption types;
 
-  iniValue = types.nullOr (types.oneOf [ types.str types.int types.bool types.float types.path ]);
-  presetType = types.attrsOf iniValue;
-
-  gridPresets = lib.mapAttrsToList (prefix: g: ini.grid { inherit prefix; inherit (g) base axes; }) cfg.presetGrids;
+  gridPresets = lib.mapAttrsToList (
+    prefix: g:
+    ini.grid {
+      inherit prefix;
+      inherit (g) base axes;
+    }
+  ) cfg.presetGrids;
 
   presetNames = ini.presetNames cfg.presets;
   hasPresets = presetNames != [ ];
@@ -45,6 +54,8 @@ let
 
   # The INI, checked against the keys this configuration's own llama-server accepts: a
   # specialisation with another package (a fork with other options) is checked against it.
+  # The checker names the file it reads in its messages, so it reads presets.ini, not the
+  # passAsFile temporary (/build/.attr-0).
   presetsFile =
     if cfg.checkPresetKeys then
       pkgs.runCommand "llama-cpp-presets.ini"
@@ -54,8 +65,9 @@ let
           passAsFile = [ "text" ];
         }
         ''
-          check-preset-keys --server ${cfg.package}/bin/llama-server "$textPath"
-          cp "$textPath" "$out"
+          cp "$textPath" presets.ini
+          check-preset-keys --server ${cfg.package}/bin/llama-server presets.ini
+          cp presets.ini "$out"
         ''
     else
       pkgs.writeText "llama-cpp-presets.ini" cfg.presetsIni;

@@ -6,13 +6,23 @@
 #   sudo /nix/var/nix/profiles/system/specialisation/llm-fa86/bin/switch-to-configuration test
 #
 # restarts only llama-cpp.service; the model cache (/var/cache/llama-cpp) is shared.
-{ config, lib, pkgs, ... }:
+{
+  config,
+  lib,
+  pkgs,
+  ...
+}:
 
+let
+  inherit (import ../modules/lib/presets-ini.nix { inherit lib; }) yielding;
+in
 {
   imports = [ ../modules/base-presets.nix ];
 
   llmBench.engines.fa86 = {
-    package = lib.mkDefault (pkgs.callPackage ../pkgs/llama-cpp-fa86.nix { inherit (config.llmBench) cuda; });
-    presets = import ./llm-fa86-presets.nix { inherit (config.llmBench) models; };
+    package = lib.mkDefault (
+      pkgs.callPackage ../pkgs/llama-cpp-fa86.nix { inherit (config.llmBench) cuda; }
+    );
+    presets = yielding (import ./llm-fa86-presets.nix { inherit (config.llmBench) models; });
   };
 }

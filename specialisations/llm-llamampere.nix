@@ -7,10 +7,16 @@
 # The fork's source and version come from the flake (its input `llamampere`, one line of
 # flake.nix); the flake's nixosModules set `llmBench.llamampere.{src,version}`. Without the
 # flake, set them (or `llmBench.engines.llamampere.package`) yourself.
-{ config, lib, pkgs, ... }:
+{
+  config,
+  lib,
+  pkgs,
+  ...
+}:
 
 let
   cfg = config.llmBench;
+  inherit (import ../modules/lib/presets-ini.nix { inherit lib; }) yielding;
 in
 {
   imports = [ ../modules/base-presets.nix ];
@@ -37,7 +43,7 @@ in
         }
       )
     );
-    presets = import ./llm-llamampere-presets.nix { inherit (cfg) models; };
+    presets = yielding (import ./llm-llamampere-presets.nix { inherit (cfg) models; });
     inheritBasePresets = lib.mkDefault false;
   };
 }

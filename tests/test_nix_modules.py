@@ -284,6 +284,34 @@ def test_an_engine_may_keep_the_base_presets_or_not() -> None:
     assert "extra" not in summary(ALL, LLAMAMPERE_SRC)["specialised"]["llm-llamampere"]["presets"]
 
 
+def test_an_engines_own_presets_are_overridden_key_by_key() -> None:
+    """A definition of one key of an engine's preset (or of its "*") replaces that key only."""
+    result = summary(ALL, LLAMAMPERE_SRC, """{
+      llmBench.engines.fa86.presets."qwen3.8-27b-kv84".spec-draft-n-max = 3;
+      llmBench.engines.llamampere.presets."*".ctx-size = 4096;
+    }""")
+    fa86 = result["specialised"]["llm-fa86"]
+    assert fa86["failedAssertions"] == []
+    expected = (EXPECTED / "llm-fa86.ini").read_text()
+    old = "[qwen3.8-27b-kv84]\ncache-type-k = q8_0\ncache-type-v = q4_0\nhf-repo = unsloth/Qwen3.8-27B-GGUF:UD-Q4_K_XL\nspec-draft-n-max = 2\n"
+    assert old in expected
+    assert fa86["presetsIni"] == expected.replace(old, old.replace("spec-draft-n-max = 2", "spec-draft-n-max = 3"))
+    ampere = result["specialised"]["llm-llamampere"]
+    expected = (EXPECTED / "llm-llamampere.ini").read_text()
+    assert "ctx-size = 65536\n" in expected
+    assert ampere["presetsIni"] == expected.replace("ctx-size = 65536\n", "ctx-size = 4096\n", 1)
+
+
+def test_an_unknown_engine_is_an_assertion_not_a_broken_specialisation() -> None:
+    """`default` and `active` name only stock, fa86 and llamampere: another engine is refused
+    when the base system evaluates, and gets no specialisation that would fail to build."""
+    result = summary(ALL, LLAMAMPERE_SRC, '{ llmBench.engines.mine.presets.p.model = "/m.gguf"; }')
+    assert result["specialisations"] == ["llm-fa86", "llm-llamampere"]
+    assert any("llmBench.engines: no engine named `mine`" in m for m in result["failedAssertions"]), \
+        result["failedAssertions"]
+    assert summary(ALL, LLAMAMPERE_SRC)["failedAssertions"] == []
+
+
 def test_default_engine_llamampere_is_the_base_system() -> None:
     result = summary(ALL, LLAMAMPERE_SRC, '{ llmBench.default = "llamampere"; }')
     assert result["failedAssertions"] == []

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.nix.helpers import EXPECTED, REPO
+from tests.nix.helpers import EXPECTED, REPO, nix_eval, nix_string, nixpkgs_root
 
 CHECKER = REPO / "pkgs" / "check-preset-keys" / "check-preset-keys.py"
 
@@ -164,3 +164,60 @@ def test_a_server_that_cannot_run_is_an_error(tmp_path: Path) -> None:
     not_llama.chmod(0o755)
     result = check(not_llama, "[p]\nc = 1\n", tmp_path)
     assert result.returncode == 1 and "lists no options" in result.stderr
+
+
+def module_ini_build(package: Path, presets: str) -> dict:
+    """The presets INI derivation of services.llama-cpp (evaluated with tests/nix/eval-module.nix)
+    for `presets`, with a package whose outPath is `package`."""
+    root = nixpkgs_root()
+    pkg = ('{ type = "derivation"; pname = "llama-cpp"; version = "1"; name = "llama-cpp-1"; src = "none";'
+           f" outPath = {nix_string(str(package))}; }}")
+    module = f"{{ services.llama-cpp = {{ enable = true; package = {pkg}; presets = {presets}; }}; }}"
+    source = (f"(import {REPO}/tests/nix/eval-module.nix {{ libPath = {root}/lib; }}).eval"
+              f' [ {REPO}/modules/llama-cpp.nix {module} ]).config.environment.etc."llama-cpp/presets.ini".source')
+    return nix_eval(f"let s = ({source}; in {{ inherit (s) text buildCommand; }}")  # type: ignore[return-value]
+
+
+def run_build(build: dict, llama_server_bin: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    """Run the derivation's build script as the builder would: the INI in $textPath (passAsFile),
+    a writable working directory, check-preset-keys on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "check-preset-keys").write_text(f'#!/bin/sh\nexec "{sys.executable}" "{CHECKER}" "$@"\n')
+    (bin_dir / "check-preset-keys").chmod(0o755)
+    text = tmp_path / ".attr-0"
+    text.write_text(build["text"])
+    work = tmp_path / "build"
+    work.mkdir()
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "textPath": str(text), "out": str(tmp_path / "out")}
+    return subprocess.run(["bash", "-euo", "pipefail", "-c", build["buildCommand"]], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def package(llama_server_bin: Path, tmp_path: Path) -> Path:
+    """A package directory whose bin/llama-server is the real CPU llama-server."""
+    (tmp_path / "pkg" / "bin").mkdir(parents=True)
+    (tmp_path / "pkg" / "bin" / "llama-server").symlink_to(llama_server_bin)
+    return tmp_path / "pkg"
+
+
+def test_the_modules_ini_build_checks_keys_and_names_presets_ini(package: Path, llama_server_bin: Path,
+                                                                  tmp_path: Path) -> None:
+    """The module's own build script, run against the real CPU llama-server: a good INI comes out
+    as rendered; a misspelled key fails the build with a message that names presets.ini (not the
+    passAsFile temporary), the preset, the key and the nearest known key."""
+    good = module_ini_build(package, '{ x = { model = "/m.gguf"; ctx-size = 4096; }; }')
+    result = run_build(good, llama_server_bin, tmp_path / "good")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "good" / "out").read_text() == good["text"]
+
+    bad = module_ini_build(package, '{ x = { model = "/m.gguf"; ctx_sise = 4096; }; }')
+    result = run_build(bad, llama_server_bin, tmp_path / "bad")
+    assert result.returncode == 1, result
+    assert result.stderr.startswith("check-preset-keys: presets.ini: llama-server would refuse these presets:"), \
+        result.stderr
+    assert f'preset "x", key "ctx_sise": not an option of {package}/bin/llama-server; did you mean "ctx-size"?' \
+        in result.stderr
+    assert ".attr-0" not in result.stderr
+    assert not (tmp_path / "bad" / "out").exists()

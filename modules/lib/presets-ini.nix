@@ -1,5 +1,5 @@
-# Pure logic of the llama.cpp router module, on nixpkgs' lib: the presets INI, its checks, preset
-# grids, the command line and the marker. Render a presets attrset to INI text with nixpkgs' lib
+# Pure logic of the llama.cpp router module, on nixpkgs' lib: the option type of a preset, the
+# presets INI, its checks, preset grids, the command line and the marker. Render a presets attrset to INI text with nixpkgs' lib
 # alone (docs/nixos.md, "Rendering presets"):
 #
 #   nix-instantiate --eval --strict --json -E '
@@ -45,6 +45,26 @@ let
   systemd = import ./systemd-args.nix;
 
   globalSection = "*";
+
+  # The option type of one preset (services.llama-cpp.presets.<name>, llmBench.presets.<name>,
+  # llmBench.engines.<engine>.presets.<name>): the values renderValue writes, null leaving the
+  # key out. The type refuses lists and sets with the option's path in the message; the
+  # finer checks (line breaks, comment characters, ...) are `errors`.
+  presetType = lib.types.attrsOf (
+    lib.types.nullOr (
+      lib.types.oneOf [
+        lib.types.str
+        lib.types.int
+        lib.types.bool
+        lib.types.float
+        lib.types.path
+      ]
+    )
+  );
+
+  # Presets a module declares, every key at mkDefault priority: a user's definition of a key
+  # (null to drop it) wins over the module's without mkForce, and the rest stays.
+  yielding = lib.mapAttrs (_: lib.mapAttrs (_: lib.mkDefault));
 
   # Names are shown as JSON strings, so a line break reads `\n` in the message.
   where =
@@ -161,7 +181,7 @@ let
   # Presets over the axes of a grid (./preset-grid.nix).
   grid = import ./preset-grid.nix;
 
-  inherit (systemd) escapeSystemdArg escapeSystemdArgs;
+  inherit (systemd) escapeSystemdArgs;
 
   # llama-server's command line (without the binary): a router of presets when
   # `presetsFile` or `modelsDir` is given, a single-model server when `model` is.
@@ -205,8 +225,6 @@ let
     ++ extraFlags;
 
   # The marker written to /etc/llama-cpp/active.json (format documented in docs/nixos.md).
-  markerFormat = "llm-bench-llama-cpp-active/1";
-
   marker =
     {
       specialisation,
@@ -218,7 +236,7 @@ let
       url,
     }:
     {
-      format = markerFormat;
+      format = "llm-bench-llama-cpp-active/1";
       inherit specialisation;
       package = {
         name = packageName;
@@ -232,17 +250,15 @@ let
 in
 {
   inherit
-    globalSection
+    presetType
+    yielding
     errors
     render
     renderValue
     presetNames
     grid
-    escapeSystemdArg
     escapeSystemdArgs
     serverArgs
-    markerFormat
     marker
     ;
-  floatToString = float.toString;
 }
