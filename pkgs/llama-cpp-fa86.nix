@@ -4,17 +4,24 @@
 #
 # GGML_CUDA_FA_ALL_QUANTS is the option this llama.cpp release documents; newer releases
 # treat it as a deprecated alias of GGML_CUDA_FA_QUANTS=all (ggml/cmake/common.cmake).
-{ lib, llama-cpp, cuda ? true }:
+{
+  lib,
+  llama-cpp,
+  cuda ? true,
+}:
 
 let
-  replaced = [ "CMAKE_CUDA_ARCHITECTURES" "GGML_CUDA_FA_ALL_QUANTS" "GGML_CUDA_FA_QUANTS" ];
-  # The recipe adds CMAKE_CUDA_ARCHITECTURES from cudaPackages' capability list; drop it
-  # rather than rely on the last -D winning.
-  keep = flag: !(lib.any (name: lib.hasPrefix "-D${name}:" flag || lib.hasPrefix "-D${name}=" flag) replaced);
+  # The recipe adds CMAKE_CUDA_ARCHITECTURES from cudaPackages' capability list.
+  dropCmakeFlags = import ./lib/drop-cmake-flags.nix { inherit lib; };
 in
 (llama-cpp.override { cudaSupport = cuda; }).overrideAttrs (old: {
   pname = "llama-cpp-fa86";
-  cmakeFlags = lib.filter keep (old.cmakeFlags or [ ])
+  cmakeFlags =
+    dropCmakeFlags [
+      "CMAKE_CUDA_ARCHITECTURES"
+      "GGML_CUDA_FA_ALL_QUANTS"
+      "GGML_CUDA_FA_QUANTS"
+    ] (old.cmakeFlags or [ ])
     ++ lib.optionals cuda [
       (lib.cmakeFeature "CMAKE_CUDA_ARCHITECTURES" "86")
       (lib.cmakeBool "GGML_CUDA_FA_ALL_QUANTS" true)

@@ -27,16 +27,7 @@
 
 let
   shortRev = if rev == null then "unknown" else builtins.substring 0 7 rev;
-  replaced = [
-    "CMAKE_CUDA_ARCHITECTURES"
-    "GGML_CUDA_FA_ALL_QUANTS"
-    "GGML_CUDA_FA_QUANTS"
-    "LLAMA_BUILD_NUMBER"
-    "LLAMA_BUILD_COMMIT"
-    "LLAMA_BUILD_UI"
-    "LLAMA_USE_PREBUILT_UI"
-  ];
-  keep = flag: !(lib.any (name: lib.hasPrefix "-D${name}:" flag || lib.hasPrefix "-D${name}=" flag) replaced);
+  dropCmakeFlags = import ./lib/drop-cmake-flags.nix { inherit lib; };
   isNpm =
     p:
     let
@@ -70,7 +61,15 @@ in
     preConfigure = "";
 
     cmakeFlags =
-      lib.filter keep (old.cmakeFlags or [ ])
+      dropCmakeFlags [
+        "CMAKE_CUDA_ARCHITECTURES"
+        "GGML_CUDA_FA_ALL_QUANTS"
+        "GGML_CUDA_FA_QUANTS"
+        "LLAMA_BUILD_NUMBER"
+        "LLAMA_BUILD_COMMIT"
+        "LLAMA_BUILD_UI"
+        "LLAMA_USE_PREBUILT_UI"
+      ] (old.cmakeFlags or [ ])
       ++ [
         (lib.cmakeFeature "LLAMA_BUILD_NUMBER" (toString buildNumber))
         (lib.cmakeFeature "LLAMA_BUILD_COMMIT" shortRev)

@@ -281,3 +281,13 @@ def test_marker_format() -> None:
         "presets_file": "/etc/llama-cpp/presets.ini",
         "url": "http://127.0.0.1:48123",
     }
+
+
+def test_drop_cmake_flags_removes_only_the_named_variables() -> None:
+    """pkgs/lib/drop-cmake-flags.nix, shared by the fa86 and llamAmpere packages: both -D spellings
+    of a named variable go, a variable whose name merely starts the same stays."""
+    flags = nix_eval(f"import {REPO}/pkgs/lib/drop-cmake-flags.nix {{ lib = import {nixpkgs_lib()}; }}"
+                     ' [ "CMAKE_CUDA_ARCHITECTURES" "LLAMA_BUILD_UI" ]'
+                     ' [ "-DCMAKE_CUDA_ARCHITECTURES:STRING=75;86" "-DLLAMA_BUILD_UI=OFF"'
+                     ' "-DLLAMA_BUILD_UI_EXTRA:BOOL=TRUE" "-DGGML_CUDA:BOOL=TRUE" ]')
+    assert flags == ["-DLLAMA_BUILD_UI_EXTRA:BOOL=TRUE", "-DGGML_CUDA:BOOL=TRUE"]
