@@ -58,6 +58,17 @@ def test_sweep_measures_each_limit_and_restores(router, fake_env, tmp_path):
         assert r["mean_power_w"] == pytest.approx(2 * min(280.0, r["limit_w"]))
     assert chart.read_bytes()[:4] == b"\x89PNG"
 
+    # The report takes the sweep file too: a power-limit section in the HTML page and the JSON export.
+    sweep_file = next((tmp_path / "out").glob("*power*.toml"))
+    page = tmp_path / "report.html"
+    shown = CliRunner().invoke(main, ["report", str(sweep_file), "--html", str(page), "--format", "json"])
+    assert shown.exit_code == 0, shown.output
+    exported = json.loads(shown.output[:shown.output.rindex("}") + 1])
+    assert [r["limit_w"] for r in exported["power"]] == [200.0, 250.0, 300.0]
+    assert [r["decode_tps"] for r in exported["power"]] == [r["decode_tps"] for r in rows]
+    html = page.read_text()
+    assert '<table id="power">' in html and html.count("<tr><td>tiny-plain</td>") == 3
+
 
 def test_without_root_nothing_changes_and_the_error_says_so(router, fake_env, tmp_path):
     fake = read_state(fake_env)

@@ -9,7 +9,9 @@ import click
 from llm_bench.cli.options import log, parse_fraction
 from llm_bench.gpu.telemetry import draw_telemetry_chart
 from llm_bench.cli.exits import CouldNotRun
-from llm_bench.report import find_baseline, load_sets, markdown_table, rows_of
+from llm_bench.report import find_baseline, markdown_table, rows_of
+from llm_bench.report.rows import load_inputs
+from llm_bench.report.table import markdown, power_table
 from llm_bench.report.export import to_csv, to_json
 from llm_bench.report.html import write_html
 from llm_bench.report.verdict import MIN_EFFECT
@@ -31,23 +33,27 @@ from llm_bench.support.plotting import ChartError
               help=f"Smallest difference a verdict calls faster or slower, e.g. 5% (default {MIN_EFFECT:.0%}).")
 @click.option("--title", help="Chart and HTML report title.")
 def report(results, baseline, output_format, chart_path, html_path, min_effect, title) -> None:
-    """Merge results files and print the comparison table (Markdown, JSON or CSV)."""
+    """Merge results files and print the comparison table (Markdown, JSON or CSV).
+
+    Files written by `llm-bench power` may be given too: they become the power-limit section."""
     effect = None if min_effect is None else parse_fraction(min_effect, "--min-effect", zero_ok=True)
     try:
-        sets = load_sets(list(results))
+        sets, power = load_inputs(list(results))
         rows = rows_of(sets)
         base = find_baseline(rows, baseline)
         if output_format == "json":
-            click.echo(to_json(rows, base, effect), nl=False)
+            click.echo(to_json(rows, base, effect, power), nl=False)
         elif output_format == "csv":
             click.echo(to_csv(rows, base, effect), nl=False)
         else:
-            click.echo(markdown_table(rows, base, effect), nl=False)
+            power_section = power_table(power)
+            click.echo("\n".join(t for t in (markdown_table(rows, base, effect),
+                                              markdown(power_section) if power_section else "") if t), nl=False)
         if chart_path:
             draw_chart(rows, chart_path, base, title, min_effect=effect)
             log(f"Chart written to {chart_path}")
         if html_path:
-            write_html(html_path, sets, baseline, title=title, min_effect=effect, rows=rows)
+            write_html(html_path, sets, baseline, title=title, min_effect=effect, rows=rows, power=power)
             log(f"HTML report written to {html_path}")
     except (ResultsFileError, ChartError, ValueError) as e:
         raise CouldNotRun(str(e)) from e

@@ -12,15 +12,16 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from llm_bench.report.rows import Row
-from llm_bench.report.table import Table, all_tables, main_table
+from llm_bench.report.rows import PowerSweep, Row
+from llm_bench.report.table import Table, all_tables, main_table, power_table
 from llm_bench.report.verdict import CONFIDENCE, MIN_EFFECT
 
 JSON_FORMAT = "llm-bench-report/1"
 
 
-def report_data(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> dict[str, Any]:
-    tables = all_tables(rows, baseline, min_effect)
+def report_data(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None,
+                power: Sequence[PowerSweep] = ()) -> dict[str, Any]:
+    tables = all_tables(rows, baseline, min_effect) + [t for t in [power_table(power)] if t is not None]
     return {
         "format": JSON_FORMAT,
         "baseline": None if baseline is None else baseline.configuration,
@@ -30,8 +31,9 @@ def report_data(rows: Sequence[Row], baseline: Row | None = None, min_effect: fl
     }
 
 
-def to_json(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> str:
-    return json.dumps(report_data(rows, baseline, min_effect), indent=2, ensure_ascii=False) + "\n"
+def to_json(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None,
+            power: Sequence[PowerSweep] = ()) -> str:
+    return json.dumps(report_data(rows, baseline, min_effect, power), indent=2, ensure_ascii=False) + "\n"
 
 
 def _csv_value(value: Any) -> Any:

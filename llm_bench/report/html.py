@@ -19,7 +19,7 @@ from typing import Any
 
 from llm_bench import __version__
 from llm_bench.report.chart import draw_chart
-from llm_bench.report.rows import BASELINE, NOT_COMPARABLE, Row, find_baseline, rows_of, speed_rows
+from llm_bench.report.rows import BASELINE, NOT_COMPARABLE, PowerSweep, Row, find_baseline, rows_of, speed_rows
 from llm_bench.report.summary import Section, summary_sections
 from llm_bench.report.table import Table, main_table, section_tables
 from llm_bench.report.verdict import CONFIDENCE, FASTER, MIN_EFFECT, SLOWER, TOO_FEW_RUNS, WITHIN_NOISE
@@ -210,7 +210,7 @@ def _quality_html(rows: Sequence[Row]) -> str:
 
 def render_html(sets: Sequence[ResultSet], baseline: str | None = None, *, title: str | None = None,
                 failures: dict[str, str] | None = None, min_effect: float | None = None,
-                rows: Sequence[Row] | None = None) -> str:
+                rows: Sequence[Row] | None = None, power: Sequence[PowerSweep] = ()) -> str:
     """The whole page for these results: summary, chart, main table, the sections that exist, provenance."""
     rows = list(rows) if rows is not None else rows_of(sets)
     base = find_baseline(rows, baseline) if isinstance(baseline, str) else None
@@ -232,13 +232,14 @@ def render_html(sets: Sequence[ResultSet], baseline: str | None = None, *, title
                   f"side of 1 and the ratio differs by at least {effect:.0%}; otherwise within noise.")
         body.append(f'<section id="results"><h2>Configurations</h2>{table_html(main, "main-table")}'
                     f'<p class="note">{_e(method)}</p></section>')
-    extra = [table_html(t, t.key) for t in section_tables(rows)]
+    extra = [table_html(t, t.key) for t in section_tables(rows, power)]
     quality = _quality_html(rows)
     if quality:
         extra.append(quality)
     if extra:
         body.append('<section id="sections"><h2>Other measurements</h2>' + "\n".join(extra) + "</section>")
-    body.append(_provenance_html(sets, rows))
+    body.append(_provenance_html([*sets, *(ResultSet(dict(p.meta, label=f"power sweep {p.path.name}")) for p in power)],
+                                 rows))
     labels = sorted({r.label for r in rows if r.label})
     subtitle = (f"{len(speed_rows(rows))} configuration(s)" + (f" from {', '.join(labels)}" if labels else "")
                 + (f"; baseline {base.configuration}" if base else ""))

@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from llm_bench.report.verdict import Verdict, verdict
-from llm_bench.results import AliasRecord, ResultSet, load_results
+from llm_bench.results import AliasRecord, ResultSet, ResultsFileError, load_results
+
+# ``llm-bench power`` writes its sweeps in their own format; the report shows them in a section of their own.
+POWER_FORMAT = "llm-bench-power/1"
+
+
+@dataclass(frozen=True)
+class PowerSweep:
+    """One ``llm-bench power`` file: its provenance and one mapping per power limit (gpu.power.LimitResult)."""
+
+    path: Path
+    meta: dict
+    limits: list[dict]
 
 # Long and short spellings llama-server accepts for the preset facts the table shows.
 ARG_NAMES = {
@@ -104,6 +117,23 @@ def load_rows(paths: Sequence[Path]) -> list[Row]:
 
 def load_sets(paths: Sequence[Path]) -> list[ResultSet]:
     return [load_results(p) for p in paths]
+
+
+def load_inputs(paths: Sequence[Path]) -> tuple[list[ResultSet], list[PowerSweep]]:
+    """Results files and power-sweep files, told apart by their ``meta.format``."""
+    sets, sweeps = [], []
+    for path in paths:
+        try:
+            sets.append(load_results(path))
+        except ResultsFileError:
+            try:
+                data = tomllib.loads(path.read_text())
+            except (OSError, tomllib.TOMLDecodeError):
+                raise
+            if (data.get("meta") or {}).get("format") != POWER_FORMAT:
+                raise
+            sweeps.append(PowerSweep(path, data["meta"], list(data.get("limits", []))))
+    return sets, sweeps
 
 
 def rows_of(sets: Sequence[ResultSet]) -> list[Row]:

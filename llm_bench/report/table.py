@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llm_bench.report.rows import (
-    BASELINE, Row, acceptance_text, base_for, context_of, kv_types, notes_of, sort_fastest_first, speculation,
+    BASELINE, PowerSweep, Row, acceptance_text, base_for, context_of, kv_types, notes_of, sort_fastest_first, speculation,
     speed_rows, speedup, verdict_of,
 )
 from llm_bench.report.verdict import Verdict
@@ -260,6 +260,29 @@ def telemetry_table(rows: Sequence[Row]) -> Table | None:
     return Table("GPU telemetry and energy", "telemetry", header, lines)
 
 
+def power_table(sweeps: Sequence[PowerSweep]) -> Table | None:
+    """``llm-bench power`` sweeps: decode rate, energy and heat at each power limit."""
+    if not sweeps:
+        return None
+    header = ["Configuration", "Limit W", "Decode t/s", "Tokens/J", "Mean power W", "Max temp C", "SM clock MHz",
+              "Notes"]
+    fields = [("limit_w", 0), ("decode_tps", 1), ("tokens_per_joule", 3), ("mean_power_w", 1),
+              ("max_temperature_c", 0), ("mean_sm_clock_mhz", 0)]
+    lines = []
+    for sweep in sweeps:
+        name = str(sweep.meta.get("alias", sweep.path.name))
+        for limit in sweep.limits:
+            cells = [Cell(name, {"configuration": name})]
+            for key, digits in fields:
+                value = limit.get(key)
+                value = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+                cells.append(Cell(num(value, digits), {key: value}))
+            errors = [str(e) for e in limit.get("errors", [])]
+            cells.append(Cell("FAILED: " + "; ".join(errors) if errors else "", {"errors": errors}))
+            lines.append(cells)
+    return Table("Power limits", "power", header, lines)
+
+
 def all_tables(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> list[Table]:
     """The main table (when there is anything to compare), then one per extra workload measured."""
     main = main_table(rows, baseline, min_effect)
@@ -267,9 +290,10 @@ def all_tables(rows: Sequence[Row], baseline: Row | None = None, min_effect: flo
     return tables + [t for t in (concurrency_table(rows), prefix_cache_table(rows)) if t is not None]
 
 
-def section_tables(rows: Sequence[Row]) -> list[Table]:
-    """The tables after the main one that the HTML report shows: extra workloads and GPU telemetry."""
-    return [t for t in (concurrency_table(rows), prefix_cache_table(rows), telemetry_table(rows)) if t is not None]
+def section_tables(rows: Sequence[Row], power: Sequence[PowerSweep] = ()) -> list[Table]:
+    """The tables after the main one that the HTML report shows: extra workloads, GPU telemetry, power sweeps."""
+    return [t for t in (concurrency_table(rows), prefix_cache_table(rows), telemetry_table(rows), power_table(power))
+            if t is not None]
 
 
 def _md_cell(text: str) -> str:
