@@ -7,7 +7,13 @@ import math
 import pytest
 
 from llm_bench.report.verdict import (
-    FASTER, SLOWER, TOO_FEW_RUNS, WITHIN_NOISE, median_interval, relative_precision, verdict,
+    FASTER,
+    SLOWER,
+    TOO_FEW_RUNS,
+    WITHIN_NOISE,
+    median_interval,
+    relative_precision,
+    verdict,
 )
 
 

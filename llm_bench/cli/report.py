@@ -6,16 +6,16 @@ from pathlib import Path
 
 import click
 
+from llm_bench.cli.exits import CouldNotRun
 from llm_bench.cli.options import log, parse_fraction
 from llm_bench.gpu.telemetry import draw_telemetry_chart
-from llm_bench.cli.exits import CouldNotRun
 from llm_bench.report import find_baseline, markdown_table, rows_of
-from llm_bench.report.rows import load_inputs
-from llm_bench.report.table import markdown, power_table
+from llm_bench.report.chart import draw_chart
 from llm_bench.report.export import to_csv, to_json
 from llm_bench.report.html import write_html
+from llm_bench.report.rows import load_inputs
+from llm_bench.report.table import markdown, power_table
 from llm_bench.report.verdict import MIN_EFFECT
-from llm_bench.report.chart import draw_chart
 from llm_bench.results import ResultsFileError, load_results
 from llm_bench.support.plotting import ChartError
 

@@ -9,9 +9,25 @@ chart, HTML page and exports built from them.
 """
 
 from llm_bench.report.rows import (
-    Row, acceptance_text, context_of, describe_preset, find_baseline, kv_types, load_rows, load_sets, notes_of,
-    parse_args, preset_facts, rows_from_sets, rows_of, sort_fastest_first, speculation, speed_rows, speedup,
-    speedup_text, verdict_of,
+    Row,
+    acceptance_text,
+    context_of,
+    describe_preset,
+    find_baseline,
+    kv_types,
+    load_rows,
+    load_sets,
+    notes_of,
+    parse_args,
+    preset_facts,
+    rows_from_sets,
+    rows_of,
+    sort_fastest_first,
+    speculation,
+    speed_rows,
+    speedup,
+    speedup_text,
+    verdict_of,
 )
 from llm_bench.report.summary import summary, summary_sections
 from llm_bench.report.table import all_tables, main_table, markdown_table

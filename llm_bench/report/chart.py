@@ -5,9 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from llm_bench.support.plotting import ChartError, check_chart_path, figure
-from llm_bench.report.rows import Row, base_for, sort_fastest_first, speed_rows, speedup, verdict_of
+from llm_bench.report.rows import (
+    Row,
+    base_for,
+    sort_fastest_first,
+    speed_rows,
+    speedup,
+    verdict_of,
+)
 from llm_bench.report.verdict import FASTER, SLOWER, WITHIN_NOISE
+from llm_bench.support.plotting import ChartError, check_chart_path, figure
+
 
 def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, title: str | None = None,
                min_effect: float | None = None) -> Path:

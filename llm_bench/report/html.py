@@ -11,7 +11,7 @@ import importlib
 import re
 import tempfile
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
 from string import Template
@@ -19,10 +19,25 @@ from typing import Any
 
 from llm_bench import __version__
 from llm_bench.report.chart import draw_chart
-from llm_bench.report.rows import BASELINE, NOT_COMPARABLE, PowerSweep, Row, find_baseline, rows_of, speed_rows
+from llm_bench.report.rows import (
+    BASELINE,
+    NOT_COMPARABLE,
+    PowerSweep,
+    Row,
+    find_baseline,
+    rows_of,
+    speed_rows,
+)
 from llm_bench.report.summary import Section, summary_sections
 from llm_bench.report.table import Table, main_table, section_tables
-from llm_bench.report.verdict import CONFIDENCE, FASTER, MIN_EFFECT, SLOWER, TOO_FEW_RUNS, WITHIN_NOISE
+from llm_bench.report.verdict import (
+    CONFIDENCE,
+    FASTER,
+    MIN_EFFECT,
+    SLOWER,
+    TOO_FEW_RUNS,
+    WITHIN_NOISE,
+)
 from llm_bench.results import ResultSet
 from llm_bench.support.plotting import ChartError
 
@@ -244,7 +259,7 @@ def render_html(sets: Sequence[ResultSet], baseline: str | None = None, *, title
     subtitle = (f"{len(speed_rows(rows))} configuration(s)" + (f" from {', '.join(labels)}" if labels else "")
                 + (f"; baseline {base.configuration}" if base else ""))
     return PAGE.substitute(title=_e(title), subtitle=_e(subtitle), body="\n".join(body), version=_e(__version__),
-                           generated=_e(datetime.now(timezone.utc).isoformat(timespec="seconds")))
+                           generated=_e(datetime.now(UTC).isoformat(timespec="seconds")))
 
 
 def write_html(path: Path, sets: Sequence[ResultSet], baseline: str | None = None, **kwargs: Any) -> Path:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,6 +119,14 @@ def load_sets(paths: Sequence[Path]) -> list[ResultSet]:
     return [load_results(p) for p in paths]
 
 
+def _power_sweep(path: Path) -> dict | None:
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    return data if (data.get("meta") or {}).get("format") == POWER_FORMAT else None
+
+
 def load_inputs(paths: Sequence[Path]) -> tuple[list[ResultSet], list[PowerSweep]]:
     """Results files and power-sweep files, told apart by their ``meta.format``."""
     sets, sweeps = [], []
@@ -126,11 +134,8 @@ def load_inputs(paths: Sequence[Path]) -> tuple[list[ResultSet], list[PowerSweep
         try:
             sets.append(load_results(path))
         except ResultsFileError:
-            try:
-                data = tomllib.loads(path.read_text())
-            except (OSError, tomllib.TOMLDecodeError):
-                raise
-            if (data.get("meta") or {}).get("format") != POWER_FORMAT:
+            data = _power_sweep(path)
+            if data is None:
                 raise
             sweeps.append(PowerSweep(path, data["meta"], list(data.get("limits", []))))
     return sets, sweeps

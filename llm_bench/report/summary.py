@@ -9,7 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llm_bench.report.rows import NOT_COMPARABLE, Row, base_for, sort_fastest_first, speed_rows, speedup_text, verdict_of
+from llm_bench.report.rows import (
+    Row,
+    base_for,
+    sort_fastest_first,
+    speed_rows,
+    speedup_text,
+    verdict_of,
+)
 from llm_bench.report.table import num, verdict_text
 from llm_bench.report.verdict import FASTER, SLOWER, TOO_FEW_RUNS, WITHIN_NOISE
 
@@ -82,5 +89,3 @@ def summary(rows: Sequence[Row], baseline: Row | None, failures: dict[str, str] 
         lines += [f"- {item}" for item in section.items]
     return "\n".join(lines) + "\n"
 
-
-__all__ = ["Section", "summary", "summary_sections", "NOT_COMPARABLE"]

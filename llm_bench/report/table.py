@@ -12,8 +12,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llm_bench.report.rows import (
-    BASELINE, PowerSweep, Row, acceptance_text, base_for, context_of, kv_types, notes_of, sort_fastest_first, speculation,
-    speed_rows, speedup, verdict_of,
+    BASELINE,
+    PowerSweep,
+    Row,
+    acceptance_text,
+    base_for,
+    context_of,
+    kv_types,
+    notes_of,
+    sort_fastest_first,
+    speculation,
+    speed_rows,
+    speedup,
+    verdict_of,
 )
 from llm_bench.report.verdict import Verdict
 

@@ -24,9 +24,14 @@ from math import comb
 
 import numpy as np
 
-from llm_bench.support.stats import CONFIDENCE, clean, median_interval, relative_precision
+from llm_bench.support.stats import (
+    CONFIDENCE,
+    clean,
+    median_interval,
+    relative_precision,
+)
 
-__all__ = ["Verdict", "verdict", "median_interval", "relative_precision", "KINDS"]
+__all__ = ["KINDS", "Verdict", "median_interval", "relative_precision", "verdict"]
 
 FASTER = "faster"
 SLOWER = "slower"
