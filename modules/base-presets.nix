@@ -38,6 +38,11 @@ let
   # specialisation whose evaluation fails; it is an assertion instead.
   unknownEngines = lib.subtractLists engineNames (lib.attrNames cfg.engines);
 
+  # The enabled engines other than the default, each a specialisation.
+  specialised = lib.filterAttrs (name: e: e.enable && name != cfg.default) (
+    removeAttrs cfg.engines unknownEngines
+  );
+
   engine =
     cfg.engines.${cfg.active}
       or (throw "llmBench: engine `${cfg.active}` is not declared; import its module (nixosModules.llm-${cfg.active}, or nixosModules.default)");
@@ -195,7 +200,7 @@ in
           services.llama-cpp.specialisation = e.specialisation;
         };
       }
-    ) (lib.filterAttrs (name: e: e.enable && name != cfg.default) (removeAttrs cfg.engines unknownEngines));
+    ) specialised;
 
     # A package set on the service itself outranks every engine's, so every specialisation
     # would run it (and the marker would name it), which is rarely what was meant.

@@ -21,7 +21,7 @@
 # (format: docs/nixos.md). The unit's ExecStart names the INI by its store path, so a change
 # of presets or package changes the unit and `switch-to-configuration` restarts it.
 #
-# The pure parts (INI rendering, checks, grids, command line, marker) are in
+# The pure parts (the preset type, INI rendering, checks, grids, command line, marker) are in
 # ./lib/presets-ini.nix.
 {
   config,
@@ -73,10 +73,16 @@ let
       pkgs.writeText "llama-cpp-presets.ini" cfg.presetsIni;
 
   serverArgs = ini.serverArgs {
-    inherit (cfg) host port model modelsDir extraFlags;
+    inherit (cfg)
+      host
+      port
+      model
+      modelsDir
+      extraFlags
+      sleepIdleSeconds
+      ;
     presetsFile = if hasPresets then presetsFile else null;
     modelsMax = if routerMode then cfg.modelsMax else null;
-    inherit (cfg) sleepIdleSeconds;
   };
 
   deviceAccess =
@@ -88,14 +94,16 @@ let
         "DeviceAllow"
       ];
 
+  # A wildcard listen address is reached on the loopback one.
+  localHost = if cfg.host == "0.0.0.0" || cfg.host == "::" then "127.0.0.1" else cfg.host;
+
   marker = ini.marker {
-    inherit (cfg) specialisation;
+    inherit (cfg) specialisation presets;
     packageName = cfg.package.pname or (lib.getName cfg.package);
     packageVersion = cfg.package.version or (lib.getVersion cfg.package);
     packagePath = "${cfg.package}";
-    presets = cfg.presets;
     presetsFile = if hasPresets then "/etc/llama-cpp/presets.ini" else null;
-    url = "http://${if cfg.host == "0.0.0.0" || cfg.host == "::" then "127.0.0.1" else cfg.host}:${toString cfg.port}";
+    url = "http://${localHost}:${toString cfg.port}";
   };
 in
 {
@@ -127,7 +135,10 @@ in
     extraFlags = mkOption {
       type = types.listOf types.str;
       default = [ ];
-      example = [ "--no-webui" "--metrics" ];
+      example = [
+        "--no-webui"
+        "--metrics"
+      ];
       description = "Extra flags passed to llama-server (the router passes them on to every model it starts).";
     };
 
@@ -286,7 +297,11 @@ in
         assertion = !(cfg.model != null && routerMode);
         message = "services.llama-cpp: `model` starts a single-model server; it cannot be combined with `presets` or `modelsDir` (router mode).";
       }
-    ] ++ map (e: { assertion = false; message = "services.llama-cpp.presets: ${e}"; }) (ini.errors cfg.presets);
+    ]
+    ++ map (e: {
+      assertion = false;
+      message = "services.llama-cpp.presets: ${e}";
+    }) (ini.errors cfg.presets);
 
     environment.etc = lib.mkMerge [
       (lib.mkIf hasPresets { "llama-cpp/presets.ini".source = presetsFile; })
@@ -301,7 +316,8 @@ in
       environment = {
         LLAMA_CACHE = cacheDir;
         HOME = cacheDir;
-      } // cfg.environment;
+      }
+      // cfg.environment;
 
       serviceConfig = deviceAccess // {
         Type = "exec";
@@ -319,7 +335,11 @@ in
         # hardening
         DynamicUser = true;
         CapabilityBoundingSet = "";
-        RestrictAddressFamilies = [ "AF_INET" "AF_INET6" "AF_UNIX" ];
+        RestrictAddressFamilies = [
+          "AF_INET"
+          "AF_INET6"
+          "AF_UNIX"
+        ];
         NoNewPrivileges = true;
         PrivateMounts = true;
         PrivateTmp = true;
@@ -337,7 +357,10 @@ in
         RestrictRealtime = true;
         RestrictSUIDSGID = true;
         SystemCallArchitectures = "native";
-        SystemCallFilter = [ "@system-service" "~@privileged" ];
+        SystemCallFilter = [
+          "@system-service"
+          "~@privileged"
+        ];
         SystemCallErrorNumber = "EPERM";
         ProtectProc = "invisible";
         ProtectHostname = true;

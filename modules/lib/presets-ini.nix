@@ -1,6 +1,6 @@
 # Pure logic of the llama.cpp router module, on nixpkgs' lib: the option type of a preset, the
-# presets INI, its checks, preset grids, the command line and the marker. Render a presets attrset to INI text with nixpkgs' lib
-# alone (docs/nixos.md, "Rendering presets"):
+# presets INI, its checks, preset grids, the command line and the marker. Render a presets
+# attrset to INI text with nixpkgs' lib alone (docs/nixos.md, "Rendering presets"):
 #
 #   nix-instantiate --eval --strict --json -E '
 #     let ini = import ./modules/lib/presets-ini.nix { lib = import <nixpkgs/lib>; };

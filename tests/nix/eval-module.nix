@@ -26,6 +26,11 @@ let
   # nixpkgs' nixos/lib/utils.nix, the one function nixpkgs' llama-cpp module takes from it.
   utils.escapeSystemdExecArgs = (import ../../modules/lib/systemd-args.nix).escapeSystemdArgs;
 
+  # nixos/modules/system/activation/no-clone.nix: a specialisation has none of its own.
+  noClone = {
+    specialisation = lib.mkOverride 0 { };
+  };
+
   # The NixOS options that the modules set, declared loosely.
   nixosStub =
     { extendModules, ... }:
@@ -94,15 +99,15 @@ let
         # As nixos/modules/system/activation/specialisation.nix declares it: `configuration`
         # is typed by `extendModules`, so its value is the child's evaluated config (the
         # parent's modules, the specialisation's definitions, and no specialisations of its
-        # own, as NixOS's no-clone.nix), not a module. (inheritParentConfig = false, which
-        # NixOS evaluates without the user's modules, is used by none of ours: not declared.)
+        # own), not a module. inheritParentConfig = false (NixOS then evaluates without the
+        # user's modules) is used by none of ours, so it is not declared.
         specialisation = mkOption {
           default = { };
           type = types.attrsOf (
             types.submodule {
               options.configuration = mkOption {
                 default = { };
-                inherit (extendModules { modules = [ { specialisation = lib.mkOverride 0 { }; } ]; }) type;
+                inherit (extendModules { modules = [ noClone ]; }) type;
               };
             }
           );
@@ -117,7 +122,8 @@ let
         nixosStub
         { _module.args = { inherit pkgs utils; }; }
         nixpkgsModule
-      ] ++ modules;
+      ]
+      ++ modules;
       specialArgs = { inherit modulesPath; };
     };
 
