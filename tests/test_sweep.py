@@ -132,6 +132,9 @@ ready_timeout_s = 30
         result = invoke("sweep", "--plan", str(plan))
     assert result.exit_code == 0, result.output
     assert bed.active() == "llm-fa86"  # switched back to where it started
+    # How far it is, and the time left from the mean of the targets measured so far.
+    assert "== target base (llama-cpp): 1/4\n" in result.output
+    assert "== target hyperqwen (openai): 4/4, about " in result.output
     out = bed.plan_path.parent / "out"
     records = merged(out)["aliases"]
     measured = {(r["target"], r["alias"]) for r in records if r["runs"] and not r["errors"]}
