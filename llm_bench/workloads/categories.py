@@ -19,7 +19,8 @@ def categories(engine: Engine, alias: str, protocol: Protocol, base: AliasRecord
         record = derive(base, workload="category", category=category, cold_load_s=None)
         request = chat_request(alias, protocol, shipped_prompt(category))
         try:
-            measured_runs(engine, request, protocol.runs, record, log, label=f"{category} run")
+            measured_runs(engine, request, protocol.runs, record, log, label=f"{category} run",
+                          precision=protocol.precision, max_runs=protocol.max_runs)
         except WorkloadInterrupted as e:
             raise WorkloadInterrupted(e.cause, records + e.records) from e.cause
         records.append(record)
