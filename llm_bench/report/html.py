@@ -236,8 +236,8 @@ def render_html(sets: Sequence[ResultSet], baseline: str | None = None, *, title
         caption = ("Decode tokens/s, median of the runs; whiskers: min-max"
                    + (f"; dashed line: the baseline {base.configuration}" if base else "")
                    + ("; hatched bars: within noise of the baseline" if base else "") + ".")
-        body.append(f'<section id="chart"><h2>Decode speed</h2><figure><div class="scroll">{svg}</div><figcaption>{_e(caption)}'
-                    "</figcaption></figure></section>")
+        body.append(f'<section id="chart"><h2>Decode speed</h2><figure><div class="scroll">{svg}</div>'
+                    f"<figcaption>{_e(caption)}</figcaption></figure></section>")
     main = main_table(rows, base, min_effect)
     if main.rows:
         effect = MIN_EFFECT if min_effect is None else min_effect
@@ -245,8 +245,8 @@ def render_html(sets: Sequence[ResultSet], baseline: str | None = None, *, title
                   f"Mann-Whitney confidence interval (asked: {CONFIDENCE:.0%}; the percentage shown is the "
                   "coverage these run counts reach). Faster or slower only when the whole interval lies on one "
                   f"side of 1 and the ratio differs by at least {effect:.0%}; otherwise within noise.")
-        body.append(f'<section id="results"><h2>Configurations</h2>{table_html(main, "main-table")}'
-                    f'<p class="note">{_e(method)}</p></section>')
+        note = f'<p class="note">{_e(method)}</p>' if base else ""
+        body.append(f'<section id="results"><h2>Configurations</h2>{table_html(main, "main-table")}{note}</section>')
     extra = [table_html(t, t.key) for t in section_tables(rows, power)]
     quality = _quality_html(rows)
     if quality:
