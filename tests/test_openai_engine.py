@@ -125,7 +125,11 @@ def test_workloads_on_the_real_router(llama_server_bin, bed, router_factory, tmp
     assert all(len(r.runs) == 2 and not r.errors for r in by_workload["category"])
     levels = {r.concurrency: r for r in by_workload["concurrency"]}
     assert set(levels) == {1, 2}
-    assert len(levels[2].runs) == 2 and levels[2].total_tps > 0
+    # runs = 2 batches of 2 simultaneous streams
+    assert len(levels[2].runs) == 2 * 2 and [r.batch for r in levels[2].runs] == [1, 1, 2, 2]
+    assert levels[2].total_tps > 0
+    # cold prompts in every measured workload; the prefix-cache workload caches on purpose
+    assert all(run.cache_n == 0 for r in records if r.workload != "prefix-cache" for run in r.runs)
     (prefix,) = by_workload["prefix-cache"]
     assert prefix.runs[0].prompt_tokens > 1000
     assert prefix.prefix_cached_tokens and prefix.prefix_cached_tokens > 1000  # confirmed by timings.cache_n
