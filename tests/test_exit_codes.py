@@ -1,0 +1,46 @@
+"""The exit-code table (README, Exit codes) at the command line: 3 when the server goes away partway, with what
+was measured on disk (the other codes are asserted where each failure is tested)."""
+
+from __future__ import annotations
+
+import importlib
+
+from click.testing import CliRunner
+
+from llm_bench.cli import main
+from llm_bench.cli.exits import ABORTED, COULD_NOT_RUN, RAN_WITH_FAILURES
+from llm_bench.results import load_results
+from llm_bench.testbed.router import free_port
+
+# The module, not the command of the same name that llm_bench.cli exports.
+run_command = importlib.import_module("llm_bench.cli.run")
+
+
+def test_server_going_away_partway_exits_3_with_the_measured_alias_saved(router_factory, bed, tmp_path,
+                                                                          monkeypatch):
+    router = router_factory(bed)
+    measure = run_command.run_plan
+
+    def stop_before_the_second_alias(plan, log):
+        def watching(message: str) -> None:
+            log(message)
+            if message.startswith("Benchmark 2/"):
+                router.stop()
+        return measure(plan, watching)
+
+    monkeypatch.setattr(run_command, "run_plan", stop_before_the_second_alias)
+    result = CliRunner().invoke(main, ["run", "--url", router.url, "--alias", "tiny-plain,tiny-ngram", "--runs", "1",
+                                       "--max-tokens", "16", "--output-dir", str(tmp_path)])
+    assert result.exit_code == ABORTED == 3, result.output
+    assert "results so far are in" in result.output
+    (path,) = tmp_path.glob("*.toml")
+    first = load_results(path).aliases[0]
+    assert first.alias == "tiny-plain" and first.runs
+
+
+def test_could_not_run_and_ran_with_failures_are_told_apart(tmp_path):
+    unreachable = CliRunner().invoke(main, ["run", "--url", f"http://127.0.0.1:{free_port()}",
+                                            "--output-dir", str(tmp_path)])
+    assert unreachable.exit_code == COULD_NOT_RUN == 2
+    assert not list(tmp_path.glob("*.toml"))  # nothing was measured, so no results file
+    assert RAN_WITH_FAILURES == 1
