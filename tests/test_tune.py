@@ -93,3 +93,30 @@ def test_pareto_front() -> None:
     # (quality, speed): the fast-but-different point and the exact-but-slow one are both on the front.
     points = [(1.0, 10.0), (1.0, 12.0), (0.5, 20.0), (0.4, 15.0), (0.9, 12.0)]
     assert pareto_front(points) == [2, 1]
+
+
+def test_a_router_left_by_a_killed_tune_is_stopped_and_nothing_else(tmp_path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from llm_bench.tune.serve import stop_leftover
+
+    ini = tmp_path / "tune-presets.ini"
+    ini.write_text("")
+    pid_file = tmp_path / "tune-router.pid"
+    argv = [sys.executable, "-c", "import time; time.sleep(60)"]
+    other = subprocess.Popen([*argv, "elsewhere.ini"], start_new_session=True)
+    left = subprocess.Popen([*argv, str(ini)], start_new_session=True)
+    try:
+        pid_file.write_text(str(other.pid))
+        stop_leftover(pid_file, ini, lambda _: None)
+        assert other.poll() is None  # a reused pid that is not ours is left alone
+        pid_file.write_text(str(left.pid))
+        messages: list[str] = []
+        stop_leftover(pid_file, ini, messages.append)
+        assert left.wait(5) is not None and "earlier, killed tune" in messages[0]
+    finally:
+        for p in (other, left):
+            p.kill()
+            p.wait()

@@ -9,9 +9,12 @@ ExecStart.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
 import subprocess
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -146,12 +149,45 @@ def load_errors(log_text: str, limit: int = 3) -> list[str]:
     return found[:limit]
 
 
+def _alive(pid: int) -> bool:
+    """Running, not merely a zombie waiting for its parent to collect it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def stop_leftover(pid_file: Path, ini: Path, log: Log) -> None:
+    """Stop the temporary router a killed tune (SIGKILL: no chance to clean up) left running."""
+    try:
+        pid = int(pid_file.read_text())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except (OSError, ValueError):
+        return
+    if str(ini.resolve()) not in cmdline:
+        return  # the pid was reused by something else
+    log(f"stopping the temporary router (pid {pid}) that an earlier, killed tune left running")
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if not _alive(pid):
+                return
+            time.sleep(0.2)
+
+
 @contextmanager
 def serving(presets: Mapping[str, Mapping[str, Value]], binary: Path, folder: Path, main_url: str | None,
             log: Log, extra_args: tuple[str, ...] = ()) -> Iterator[Served]:
     """A temporary router serving ``presets`` while the machine's router is freed; both restored on exit."""
     folder.mkdir(parents=True, exist_ok=True)
     ini = folder / "tune-presets.ini"
+    pid_file = folder / "tune-router.pid"
+    stop_leftover(pid_file, ini, log)
     ini.write_text(render_ini(presets))
     main = free_main(main_url, log)
     try:
@@ -159,11 +195,13 @@ def serving(presets: Mapping[str, Mapping[str, Value]], binary: Path, folder: Pa
             process = start_router(binary, ini, log_path=folder / "tune-router.log", extra_args=extra_args)
         except RouterStartError as e:
             raise ServeError(f"the temporary router did not start: {e}") from e
+        pid_file.write_text(str(process.process.pid))
         log(f"temporary router {process.url} ({binary}), presets {ini}, log {process.log_path}")
         try:
             yield Served(process.url, process)
         finally:
             process.stop()
+            pid_file.unlink(missing_ok=True)
             log("temporary router stopped")
     finally:
         restore_main(main, log)
