@@ -86,7 +86,8 @@ dl.kv dd { margin: 0; overflow-wrap: anywhere; }
 @media (max-width: 600px) { body { font-size: 14px; } main { padding: 0.6rem; } }
 @media print { main { max-width: none; padding: 0; } .scroll { overflow: visible; border: none; }
   figure svg { min-width: 0; }
-  table { font-size: 7.5pt; } th, td { white-space: normal; } th { position: static; }
+  table { font-size: 7pt; min-width: 0; width: 100%; } th, td { white-space: normal; padding: 0.15rem 0.25rem; }
+  td.notes { min-width: 0; max-width: none; } th { position: static; }
   section { break-inside: avoid-page; } figure { break-inside: avoid; } a { color: inherit; } }
 </style>
 </head>
