@@ -74,9 +74,12 @@ def test_demo_report_opens_in_headless_chromium(demo, tmp_path, name, width, hei
             page.screenshot(path=str(shot), full_page=True)
             assert shot.stat().st_size > 20_000
             pdf = tmp_path / "demo-report.pdf"
-            if name == "desktop":  # print CSS: the page prints (Chromium's print-to-PDF)
+            if name == "desktop":  # print CSS: the page prints (Chromium's print-to-PDF), tables within an A4 width
                 page.pdf(path=str(pdf))
                 assert pdf.read_bytes()[:5] == b"%PDF-"
+                page.set_viewport_size({"width": 794, "height": 1123})
+                page.emulate_media(media="print")
+                assert page.evaluate("document.documentElement.scrollWidth") <= 794
         finally:
             chromium.close()
 
