@@ -19,7 +19,7 @@ from llm_bench.engines import ENGINES
 
 DEFAULT_PROMPT = "code"
 DEFAULT_URL = "http://127.0.0.1:48123"
-WORKLOADS = ("standard", "categories", "concurrency", "prefix-cache")
+WORKLOADS = ("standard", "categories", "concurrency", "prefix-cache", "quality")
 # Plans and flags written before the default workload was named "standard" call it "protocol".
 LEGACY_WORKLOADS = {"protocol": "standard"}
 
@@ -163,6 +163,10 @@ class Protocol:
     prefix_prompt_tokens: int = field(default=11000, metadata={"min": 1})
     prefix_chars_per_token: float = field(default=4.0, metadata={"above": 0.0})
     prefix_max_tokens: int = field(default=32, metadata={"min": 2})
+    # The quality workload's long-context recall: filler lengths in tokens (sized for a 24 GB card;
+    # a length beyond the model's context is skipped with the reason) and needle depths (0 = start).
+    recall_lengths: tuple[int, ...] = field(default=(8192, 32768), metadata={"min": 64})
+    recall_depths: tuple[float, ...] = field(default=(0.1, 0.5, 0.9), metadata={"min": 0.0, "max": 1.0})
     # False: every measured request processes its whole prompt (TTFT and prompt t/s time a processed
     # prompt); True: the server may reuse a cached prefix. The prefix-cache workload always caches.
     prompt_cache: bool = False
@@ -176,7 +180,10 @@ class Protocol:
         check_fields(self)
         if self.precision is not None and self.max_runs < self.runs:
             raise PlanError(f"max_runs ({self.max_runs}) must be at least runs ({self.runs})")
-        object.__setattr__(self, "workloads", tuple(LEGACY_WORKLOADS.get(w, w) for w in self.workloads))
+        workloads = tuple(LEGACY_WORKLOADS.get(w, w) for w in self.workloads)
+        # quality runs after the speed workloads, whatever the order given: it must not warm anything they time
+        workloads = tuple(w for w in workloads if w != "quality") + (("quality",) if "quality" in workloads else ())
+        object.__setattr__(self, "workloads", workloads)
         unknown = [w for w in self.workloads if w not in WORKLOADS]
         if unknown:
             raise PlanError(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")

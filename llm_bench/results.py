@@ -48,6 +48,44 @@ class RunRecord:
 
 
 @dataclass
+class QualityOutput:
+    """One greedy answer of the quality workload's agreement set."""
+
+    prompt_id: str
+    text: str
+    output_tokens: int | None = None
+    token_ids: list[int] | None = None  # where the server reports them (logprobs with ids)
+    finish_reason: str | None = None
+
+
+@dataclass
+class RecallProbe:
+    """One needle at one depth of one filler length; skipped (with the reason) beyond the context."""
+
+    length_tokens: int
+    depth: float
+    expected: str
+    prompt_tokens: int | None = None
+    answer: str | None = None
+    found: bool | None = None
+    skipped: str | None = None
+
+
+@dataclass
+class QuestionResult:
+    """One exact-answer question."""
+
+    question_id: str
+    kind: str
+    expected: str
+    answer: str
+    correct: bool
+
+
+QUALITY_LISTS = {"quality_outputs": QualityOutput, "recall": RecallProbe, "questions": QuestionResult}
+
+
+@dataclass
 class Summary:
     median: float
     min: float
@@ -94,6 +132,11 @@ class AliasRecord:
     model_bytes: int | None = None  # roofline: bytes read per token, approximated by the model file size
     memory_bandwidth_gbs: float | None = None  # roofline: the GPU's peak memory bandwidth
     roofline_tps: float | None = None  # bandwidth / model bytes (x mean acceptance length when drafting)
+    # The quality workload (workload = "quality"); see llm_bench.workloads.quality.
+    quality_comparison: str | None = None  # "tokens" (token ids reported) or "characters"
+    quality_outputs: list[QualityOutput] = field(default_factory=list)
+    recall: list[RecallProbe] = field(default_factory=list)
+    questions: list[QuestionResult] = field(default_factory=list)
     # Adaptive run count (protocol.precision): the target, the relative half-width of the median's 95 %
     # interval reached, and why measuring stopped ("precision" or "max_runs"); absent with fixed runs.
     precision_target: float | None = None
@@ -106,8 +149,8 @@ class AliasRecord:
             return f"{self.alias} [{self.category}]"
         if self.concurrency is not None:
             return f"{self.alias} [x{self.concurrency}]"
-        if self.workload == "prefix-cache":
-            return f"{self.alias} [prefix-cache]"
+        if self.workload in ("prefix-cache", "quality"):
+            return f"{self.alias} [{self.workload}]"
         return self.alias
 
     def summary(self, metric: str) -> Summary | None:
@@ -157,14 +200,21 @@ class AliasRecord:
                 record[key] = int(s.median)
         record["comparable"] = self.comparable
         rest = {k: getattr(self, k) for k in self.__dataclass_fields__
-                if k not in record and k not in ("runs", "spec")}
+                if k not in record and k not in ("runs", "spec", *QUALITY_LISTS)}
         record.update(_drop_none(rest))
+        for name in QUALITY_LISTS:
+            if getattr(self, name):
+                record[name] = [_drop_none(asdict(item)) for item in getattr(self, name)]
         record["runs"] = [_drop_none(asdict(run)) for run in self.runs]
         return record
 
     @classmethod
     def from_toml(cls, data: dict[str, Any]) -> AliasRecord:
-        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k not in ("runs", "spec")}
+        fields = {k: v for k, v in data.items()
+                  if k in cls.__dataclass_fields__ and k not in ("runs", "spec", *QUALITY_LISTS)}
+        for name, kind in QUALITY_LISTS.items():
+            known = kind.__dataclass_fields__
+            fields[name] = [kind(**{k: v for k, v in item.items() if k in known}) for item in data.get(name, [])]
         if fields.get("workload") == LEGACY_STANDARD:
             fields["workload"] = "standard"
         run_names = RunRecord.__dataclass_fields__

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+from llm_bench.engines.completion import Completion, CompletionRequest
 from llm_bench.engines.metrics import PrefixCacheCounters, SpecCounters
 from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 
@@ -40,6 +41,14 @@ class Engine(Protocol):
         ...
 
     def stream(self, request: ChatRequest) -> StreamMeasurement: ...
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        """One non-streamed greedy answer with the prompt cache off (the quality workload)."""
+        ...
+
+    def context_length(self, alias: str) -> int | None:
+        """The loaded model's context in tokens, where the server reports it."""
+        ...
 
     def describe(self, alias: str) -> tuple[list[str], str | None]:
         """The preset's server arguments and the server build, where the server reports them."""

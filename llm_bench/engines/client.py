@@ -107,7 +107,13 @@ class OpenAIClient:
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
-            return self.http.request(method, path, **kwargs)
+            try:
+                return self.http.request(method, path, **kwargs)
+            except httpx.RemoteProtocolError:
+                if method != "GET":
+                    raise
+                # the router's stale-connection drop (see stream_chat); a GET is safe to send again
+                return self.http.request(method, path, **kwargs)
         except httpx.ConnectError as e:
             raise ServerUnreachable(
                 f"cannot connect to {self.base_url} ({e}); is the server running, and is --url right?"
@@ -124,6 +130,25 @@ class OpenAIClient:
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ServerError(f"GET {self.base_url}{path} answered HTTP 200 with {_body_kind(response)}, "
                               "not JSON: is --url the server's address?") from e
+
+    def post_json(self, path: str, body: dict[str, Any]) -> Any:
+        """A non-streamed request (the quality workload's greedy answers); the server's error as a ServerError."""
+        try:
+            response = self.http.post(path, json=body)
+        except httpx.RemoteProtocolError:  # the router's stale-connection drop (see stream_chat): nothing ran
+            response = self._request("POST", path, json=body)
+        except httpx.ConnectError as e:
+            raise ServerUnreachable(f"cannot connect to {self.base_url} ({e})") from e
+        except httpx.TransportError as e:
+            raise ServerError(f"POST {path} for {body.get('model')!r} failed: {type(e).__name__}: {e}") from e
+        if response.status_code != 200:
+            raise ServerError(f"POST {path} for {body.get('model')!r}: {error_message(response)}"
+                              f"{refused_hint(response)}")
+        try:
+            return response.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ServerError(f"POST {self.base_url}{path} answered HTTP 200 with {_body_kind(response)}, "
+                              "not JSON") from e
 
     def stream_chat(self, request: ChatRequest, path: str = "/v1/chat/completions",
                     extra: dict[str, Any] | None = None) -> StreamMeasurement:

@@ -4,6 +4,7 @@ speed and drafting come from the server's own per-request ``timings``."""
 from __future__ import annotations
 
 from llm_bench.engines.client import DEFAULT_STREAMS, RouterClient, StatusWatcher
+from llm_bench.engines.completion import Completion, CompletionRequest, parse_completion
 from llm_bench.engines.metrics import PrefixCacheCounters, SpecCounters
 from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 
@@ -46,6 +47,14 @@ class LlamaCppEngine:
         # cache_prompt false: the slot's cached tokens are not reused, the whole prompt is processed
         # (the server then reports timings.cache_n = 0).
         return self.client.stream_chat(request, extra={"cache_prompt": request.prompt_cache})
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        body = {**request.body(), "cache_prompt": False}
+        return parse_completion(self.client.post_json("/v1/chat/completions", body))
+
+    def context_length(self, alias: str) -> int | None:
+        n_ctx = (self.client.props(alias).get("default_generation_settings") or {}).get("n_ctx")
+        return int(n_ctx) if n_ctx else None
 
     def describe(self, alias: str) -> tuple[list[str], str | None]:
         return list(self.client.model(alias).args), self.client.props(alias).get("build_info")

@@ -11,6 +11,7 @@ import uuid
 import httpx
 
 from llm_bench.engines.client import DEFAULT_STREAMS, OpenAIClient, same_origin
+from llm_bench.engines.completion import Completion, CompletionRequest, parse_completion
 from llm_bench.engines.metrics import (
     PrefixCacheCounters,
     SpecCounters,
@@ -57,6 +58,16 @@ class OpenAIEngine:
         # processed whole every time (servers without cache_salt ignore the field).
         extra = {} if request.prompt_cache else {"cache_salt": uuid.uuid4().hex}
         return self.client.stream_chat(request, extra=extra)
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        body = {**request.body(), "cache_salt": uuid.uuid4().hex}  # see stream(): no reused prefix
+        return parse_completion(self.client.post_json("/v1/chat/completions", body))
+
+    def context_length(self, model: str) -> int | None:
+        for item in self.client.get_json("/v1/models").get("data", []):
+            if item.get("id") == model and item.get("max_model_len"):  # vLLM's field
+                return int(item["max_model_len"])
+        return None
 
     def describe(self, model: str) -> tuple[list[str], str | None]:
         return [], None

@@ -10,6 +10,8 @@ from __future__ import annotations
 from llm_bench.workloads.categories import categories
 from llm_bench.workloads.concurrency import concurrency
 from llm_bench.workloads.prefix_cache import prefix_cache
+from llm_bench.workloads.quality import quality
 from llm_bench.workloads.standard import standard
 
-RUNNERS = {"standard": standard, "categories": categories, "concurrency": concurrency, "prefix-cache": prefix_cache}
+RUNNERS = {"standard": standard, "categories": categories, "concurrency": concurrency, "prefix-cache": prefix_cache,
+           "quality": quality}

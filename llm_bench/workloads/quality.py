@@ -1,0 +1,198 @@
+"""Quality beside speed: the shipped quality set (``llm_bench/prompts/quality.toml``), sent greedily.
+
+Every request is greedy (temperature 0, the plan's seed), with the prompt cache off, and ends where
+the model ends (no ignore_eos). The record keeps what was answered; scoring that needs no other
+configuration (exact answers, recall) happens here, agreement with a reference configuration at
+report time (``llm_bench.report.quality``).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from llm_bench.engines import Engine
+from llm_bench.engines.completion import CompletionRequest
+from llm_bench.engines.errors import ServerError
+from llm_bench.plan import Protocol
+from llm_bench.results import AliasRecord, QualityOutput, QuestionResult, RecallProbe
+from llm_bench.workloads.common import Log, derive
+
+QUESTION_MAX_TOKENS = 16
+RECALL_MAX_TOKENS = 24
+# Tokens of a recall prompt besides the filler (needle, question, chat template) and of its answer:
+# a length is skipped when filler + this does not fit the model's context.
+RECALL_OVERHEAD_TOKENS = 96
+
+
+@dataclass(frozen=True)
+class AgreementPrompt:
+    id: str
+    prompt: str
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    kind: str
+    prompt: str
+    answer: str
+
+
+@dataclass(frozen=True)
+class RecallSet:
+    needle: str  # with {code}
+    question: str
+    codes: tuple[str, ...]
+    filler: str
+
+
+@dataclass(frozen=True)
+class QualitySet:
+    agreement: tuple[AgreementPrompt, ...]
+    questions: tuple[Question, ...]
+    answer_system: str
+    answer_examples: tuple[tuple[str, str], ...]
+    recall: RecallSet
+
+
+def load_quality_set(name: str = "quality") -> QualitySet:
+    data: dict[str, Any] = tomllib.loads((resources.files("llm_bench") / "prompts" / f"{name}.toml").read_text())
+    fmt = data.get("answer_format", {})
+    recall = data["recall"]
+    return QualitySet(
+        agreement=tuple(AgreementPrompt(a["id"], a["prompt"], int(a["max_tokens"])) for a in data["agreement"]),
+        questions=tuple(Question(q["id"], q["kind"], q["prompt"], str(q["answer"])) for q in data["questions"]),
+        answer_system=fmt.get("system", ""),
+        answer_examples=tuple((q, a) for q, a in fmt.get("examples", [])),
+        recall=RecallSet(recall["needle"], recall["question"], tuple(recall["codes"]), recall["filler"]),
+    )
+
+
+def trim_answer(text: str) -> str:
+    """Whitespace, wrapping quotes or backticks and one final full stop go; nothing else is forgiven."""
+    text = text.strip()
+    for _ in range(2):
+        text = text.strip("`").strip()
+        if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+            text = text[1:-1].strip()
+    return text[:-1].rstrip() if text.endswith(".") else text
+
+
+def is_correct(answer: str, expected: str) -> bool:
+    return trim_answer(answer) == expected
+
+
+def code_found(answer: str, code: str) -> bool:
+    """The code appears as a whole number: "2533" counts, "253." or "25334" does not."""
+    return re.search(rf"(?<!\d){re.escape(code)}(?!\d)", answer) is not None
+
+
+def recall_prompt(recall: RecallSet, filler_chars: int, depth: float, code: str) -> str:
+    """Filler of about ``filler_chars`` characters with the needle at ``depth``, then the question.
+
+    The needle goes in at the sentence boundary nearest below the depth, so it is never spliced into a word."""
+    text = ""
+    while len(text) < filler_chars:
+        text += recall.filler + "\n\n"
+    text = text[:filler_chars]
+    at = int(len(text) * depth)
+    boundary = text.rfind(". ", 0, at)
+    at = boundary + 2 if boundary >= 0 and at > 0 else 0
+    needle = recall.needle.format(code=code)
+    return f"{text[:at]}{needle} {text[at:]}\n\n{recall.question}"
+
+
+def question_request(alias: str, qset: QualitySet, question: Question, seed: int) -> CompletionRequest:
+    messages: list[tuple[str, str]] = [("system", qset.answer_system)] if qset.answer_system else []
+    for asked, answered in qset.answer_examples:
+        messages += [("user", asked), ("assistant", answered)]
+    messages.append(("user", question.prompt))
+    return CompletionRequest(alias, tuple(messages), QUESTION_MAX_TOKENS, seed)
+
+
+def quality(engine: Engine, alias: str, protocol: Protocol, base: AliasRecord, log: Log) -> list[AliasRecord]:
+    qset = load_quality_set()
+    record = derive(base, workload="quality", cold_load_s=None)
+    seed = protocol.seed
+
+    for item in qset.agreement:
+        answer = engine.complete(CompletionRequest.of(alias, item.prompt, item.max_tokens, seed))
+        record.quality_outputs.append(QualityOutput(item.id, answer.text, answer.output_tokens, answer.token_ids,
+                                                    answer.finish_reason))
+    with_ids = all(o.token_ids is not None for o in record.quality_outputs)
+    record.quality_comparison = "tokens" if with_ids and record.quality_outputs else "characters"
+
+    for question in qset.questions:
+        answer = engine.complete(question_request(alias, qset, question, seed))
+        record.questions.append(QuestionResult(question.id, question.kind, question.answer, answer.text,
+                                               is_correct(answer.text, question.answer)))
+
+    record.recall = recall_probes(engine, alias, protocol, qset.recall, record, log)
+    log("  " + describe_quality(record))
+    return [record]
+
+
+def recall_probes(engine: Engine, alias: str, protocol: Protocol, recall: RecallSet, record: AliasRecord,
+                  log: Log) -> list[RecallProbe]:
+    n_ctx = engine.context_length(alias)
+    probes = []
+    n = 0
+    for length in protocol.recall_lengths:
+        for depth in protocol.recall_depths:
+            code = recall.codes[n % len(recall.codes)]
+            n += 1
+            probe = RecallProbe(length_tokens=length, depth=depth, expected=code)
+            probes.append(probe)
+            if n_ctx is not None and length + RECALL_OVERHEAD_TOKENS > n_ctx:
+                probe.skipped = (f"{length} tokens of filler do not fit the model's context of {n_ctx} tokens "
+                                 "(n_ctx reported by the server)")
+                continue
+            prompt = recall_prompt(recall, int(length * protocol.prefix_chars_per_token), depth, code)
+            try:
+                answer = engine.complete(CompletionRequest.of(alias, prompt, RECALL_MAX_TOKENS, protocol.seed))
+            except ServerError as e:  # e.g. a context the server could not report but refuses
+                probe.skipped = f"the server refused it: {e}"
+                record.errors.append(f"recall {length} tokens at depth {depth:g}: {e}")
+                log(f"  recall {length} tokens at depth {depth:g}: FAILED: {e}")
+                continue
+            probe.prompt_tokens = answer.prompt_tokens
+            probe.answer = answer.text
+            probe.found = code_found(answer.text, code)
+    skipped = sorted({p.length_tokens for p in probes if p.skipped and p.found is None})
+    if skipped:
+        log(f"  recall: skipped {', '.join(map(str, skipped))} tokens (beyond the model's context of {n_ctx})")
+    return probes
+
+
+def recall_by_length(probes: list[RecallProbe]) -> dict[int, float | None]:
+    """Length -> share of its needles found (None: every probe of that length was skipped)."""
+    lengths: dict[int, list[bool]] = {}
+    for probe in probes:
+        lengths.setdefault(probe.length_tokens, [])
+        if probe.found is not None:
+            lengths[probe.length_tokens].append(probe.found)
+    return {n: (sum(found) / len(found) if found else None) for n, found in lengths.items()}
+
+
+def recall_share(probes: list[RecallProbe]) -> float | None:
+    measured = [p.found for p in probes if p.found is not None]
+    return sum(measured) / len(measured) if measured else None
+
+
+def accuracy(questions: list[QuestionResult]) -> float | None:
+    return sum(q.correct for q in questions) / len(questions) if questions else None
+
+
+def describe_quality(record: AliasRecord) -> str:
+    parts = [f"quality: {len(record.quality_outputs)} greedy answers ({record.quality_comparison} kept)"]
+    acc = accuracy(record.questions)
+    if acc is not None:
+        parts.append(f"exact answers {sum(q.correct for q in record.questions)}/{len(record.questions)}")
+    for length, share in recall_by_length(record.recall).items():
+        parts.append(f"recall {length} tok " + ("skipped" if share is None else f"{share:.0%}"))
+    return ", ".join(parts)
