@@ -43,6 +43,7 @@ class Context:
     verdicts: dict[str, Verdict]
     with_roofline: bool
     bases: dict[str, Row] = field(default_factory=dict)  # what each row is compared with (rows.base_for)
+    quality: dict[str, Cell] = field(default_factory=dict)  # the quality column (report.quality), by configuration
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,8 @@ MAIN_COLUMNS: list[Column] = [
     Column("Cold load s", lambda row, ctx: Cell(num(row.record.cold_load_s, 2), {"cold_load_s": row.record.cold_load_s})),
     Column("Context", lambda row, ctx: Cell(context_of(row.record), {
         "context": None if context_of(row.record) == "-" else context_of(row.record)})),
+    Column("Quality", lambda row, ctx: ctx.quality.get(row.configuration, Cell("-", {"agreement": None})),
+           lambda ctx: bool(ctx.quality)),
     Column("Notes", lambda row, ctx: Cell(notes_of(row.record), {
         "comparable": row.record.comparable, "not_comparable_reason": row.record.not_comparable_reason,
         "errors": list(row.record.errors), "warnings": list(row.record.warnings)})),
@@ -184,7 +187,10 @@ def context_for(rows: Sequence[Row], baseline: Row | None, min_effect: float | N
     bases = {} if baseline is None else {r.configuration: base_for(r, chosen, baseline) for r in chosen}
     verdicts = {name: verdict_of(r, bases[name], min_effect) for r in chosen for name in [r.configuration]
                 if name in bases}
-    return Context(baseline, verdicts, any(r.record.roofline_tps for r in chosen), bases)
+    from llm_bench.report.quality import quality_cells  # it renders with this module's Cell and Table
+
+    return Context(baseline, verdicts, any(r.record.roofline_tps for r in chosen), bases,
+                   quality_cells(rows, baseline))
 
 
 def main_table(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> Table:
@@ -298,7 +304,10 @@ def all_tables(rows: Sequence[Row], baseline: Row | None = None, min_effect: flo
     """The main table (when there is anything to compare), then one per extra workload measured."""
     main = main_table(rows, baseline, min_effect)
     tables = [main] if main.rows else []
-    return tables + [t for t in (concurrency_table(rows), prefix_cache_table(rows)) if t is not None]
+    from llm_bench.report.quality import quality_table
+
+    return tables + [t for t in (concurrency_table(rows), prefix_cache_table(rows), quality_table(rows, baseline))
+                     if t is not None]
 
 
 def section_tables(rows: Sequence[Row], power: Sequence[PowerSweep] = ()) -> list[Table]:

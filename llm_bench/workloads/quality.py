@@ -169,30 +169,11 @@ def recall_probes(engine: Engine, alias: str, protocol: Protocol, recall: Recall
     return probes
 
 
-def recall_by_length(probes: list[RecallProbe]) -> dict[int, float | None]:
-    """Length -> share of its needles found (None: every probe of that length was skipped)."""
-    lengths: dict[int, list[bool]] = {}
-    for probe in probes:
-        lengths.setdefault(probe.length_tokens, [])
-        if probe.found is not None:
-            lengths[probe.length_tokens].append(probe.found)
-    return {n: (sum(found) / len(found) if found else None) for n, found in lengths.items()}
-
-
-def recall_share(probes: list[RecallProbe]) -> float | None:
-    measured = [p.found for p in probes if p.found is not None]
-    return sum(measured) / len(measured) if measured else None
-
-
-def accuracy(questions: list[QuestionResult]) -> float | None:
-    return sum(q.correct for q in questions) / len(questions) if questions else None
-
-
 def describe_quality(record: AliasRecord) -> str:
     parts = [f"quality: {len(record.quality_outputs)} greedy answers ({record.quality_comparison} kept)"]
-    acc = accuracy(record.questions)
-    if acc is not None:
+    if record.questions:
         parts.append(f"exact answers {sum(q.correct for q in record.questions)}/{len(record.questions)}")
-    for length, share in recall_by_length(record.recall).items():
-        parts.append(f"recall {length} tok " + ("skipped" if share is None else f"{share:.0%}"))
+    for length in dict.fromkeys(p.length_tokens for p in record.recall):
+        found = [p.found for p in record.recall if p.length_tokens == length and p.found is not None]
+        parts.append(f"recall {length} tok " + (f"{sum(found)}/{len(found)}" if found else "skipped"))
     return ", ".join(parts)
