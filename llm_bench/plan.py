@@ -92,9 +92,14 @@ def _coerce(hint: Any, value: Any) -> Any:
     elif origin is tuple:
         if isinstance(value, (list, tuple)):  # a TOML array, or a tuple given in code
             return tuple(_coerce(args[0], v) for v in value)
+    elif origin in (list, dict, set, frozenset):  # containers are checked as a whole, their items by the owner
+        if isinstance(value, origin):
+            return value
     elif isinstance(hint, type):
         if isinstance(value, hint):
             return value
+    else:
+        return value  # a type hint this checker does not know: left to the field's own code
     raise _Mismatch
 
 
