@@ -98,6 +98,7 @@ class StreamMeasurement:
             return None
         return (tokens - 1) / span
 
+
 @dataclass(frozen=True)
 class Event:
     """One server-sent event's data, with the moment the bytes that completed it arrived."""
@@ -134,7 +135,8 @@ def server_sent_events(response: Any, clock: Callable[[], float] = time.perf_cou
     only at CR, LF or CRLF; multi-line data; comments), each stamped with its bytes' arrival time.
 
     Pieces are read as the socket delivers them (httpx's iter_bytes without a chunk size does not
-    re-buffer), so an event's time is when its last byte reached us, not when we got round to it."""
+    re-buffer), so an event's time is when its last byte was read from the socket, before any decoding
+    or parsing of it or of the events that came with it."""
     arrivals = _Arrivals(response, clock)
     try:
         for sse in EventSource(arrivals).iter_sse():  # type: ignore[arg-type]  # reads headers and iter_text only
