@@ -1,7 +1,10 @@
-"""The embedded default: a CPU llama-server router with tiny models, measured end to end.
+"""The embedded default: a CPU llama-server router with a real small model, measured end to end.
 
-It needs no GPU and no download beyond the one-time llama-server build, and leaves results,
-the Markdown table and the chart in one folder.
+The demo serves SmolLM2-135M-Instruct (downloaded once, see ``testbed.smollm2``) under presets that
+show real text, real speculative decoding, KV cache types and a synthetic-acceptance preset that
+changes the output, measured for speed and quality. It needs no GPU, and leaves results, the
+Markdown table, the chart and the HTML report in one folder. The tiny random-weight bed
+(``write_demo_bed``) stays for the tests that need no real answers.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from llm_bench.report import find_baseline, load_sets, markdown_table, rows_of, 
 from llm_bench.report.html import write_html
 from llm_bench.testbed.llama_server import ensure_llama_server
 from llm_bench.testbed.presets import render_presets_ini
+from llm_bench.testbed.random_drafter import write_random_drafter
 from llm_bench.testbed.router import running_router
+from llm_bench.testbed.smollm2 import ensure_smollm2
 from llm_bench.testbed.tiny_gguf import TinyModelSpec, write_tiny_model
 
 BASELINE = "tiny-plain"
@@ -58,13 +63,51 @@ def write_demo_bed(folder: Path) -> Path:
     return ini
 
 
+SMOL_BASELINE = "smol-plain"
+# Room for the longest recall filler (DEMO_PROTOCOL) and its question; SmolLM2 was trained on 8192.
+SMOL_CONTEXT = 4096
+Preset = dict[str, str | int | float | bool]
+
+
+def smollm2_presets(model: Path, drafter: Path) -> dict[str, Preset]:
+    """What each preset shows is in the README (Quick start)."""
+    spec: Preset = {"model": str(model), "spec-type": "draft-simple", "spec-draft-n-max": DRAFT_MAX}
+    return {
+        "*": {"ctx-size": SMOL_CONTEXT, "parallel": 1},
+        SMOL_BASELINE: {"model": str(model)},
+        "smol-self-draft": {**spec, "model-draft": str(model)},
+        "smol-ngram": {"model": str(model), "spec-type": "ngram-simple"},
+        "smol-kv-q8": {"model": str(model), "cache-type-k": "q8_0", "cache-type-v": "q8_0", "flash-attn": "on"},
+        "smol-kv-q4": {"model": str(model), "cache-type-k": "q4_0", "cache-type-v": "q4_0", "flash-attn": "on"},
+        "smol-random-draft": {**spec, "model-draft": str(drafter)},
+        "smol-synth": {**spec, "model-draft": str(drafter), "spec-synth-len": SYNTH_LEN},
+    }
+
+
+def write_smollm2_bed(folder: Path, model: Path, presets: tuple[str, ...] | None = None) -> Path:
+    """The SmolLM2 presets INI (all, or the named ones) and a random drafter with SmolLM2's vocabulary."""
+    drafter = write_random_drafter(model, folder / "models" / "smollm2-random-drafter.gguf")
+    chosen = smollm2_presets(model, drafter)
+    if presets is not None:
+        chosen = {name: chosen[name] for name in ("*", *presets)}
+    ini = folder / "presets.ini"
+    ini.write_text(render_presets_ini(chosen))
+    return ini
+
+
+# Sized for 2 cores: a few minutes for every preset after the one-time build and download.
+DEMO_PROTOCOL = Protocol(max_tokens=128, runs=2, workloads=("standard", "quality"),
+                         recall_lengths=(1536, 2560), recall_depths=(0.1, 0.5, 0.9))
+
+
 def run_demo(folder: Path, protocol: Protocol, log: Callable[[str], None]) -> DemoOutput:
     folder = folder.resolve()
     folder.mkdir(parents=True, exist_ok=True)
-    log("llm-bench demo: a CPU llama-server router with tiny random-weight models")
+    log("llm-bench demo: a CPU llama-server router serving SmolLM2-135M-Instruct, speed and quality")
     binary = ensure_llama_server(log)
     log(f"llama-server: {binary}")
-    ini = write_demo_bed(folder)
+    model = ensure_smollm2(log)
+    ini = write_smollm2_bed(folder, model)
     log(f"presets: {ini}")
     with running_router(binary, ini, log_path=folder / "llama-server.log") as router:
         log(f"router listening on {router.url} (log: {folder / 'llama-server.log'})")
@@ -72,10 +115,10 @@ def run_demo(folder: Path, protocol: Protocol, log: Callable[[str], None]) -> De
         writer = run_plan(plan, log)
     sets = load_sets([writer.path])
     rows = rows_of(sets)
-    baseline = find_baseline(rows, BASELINE)
+    baseline = find_baseline(rows, SMOL_BASELINE)
     table = folder / "report.md"
     table.write_text(summary(rows, baseline) + "\n" + markdown_table(rows, baseline))
-    title = "llm-bench demo: tiny CPU models (decode t/s, faster is better)"
+    title = "llm-bench demo: SmolLM2-135M on 2 CPU cores (decode t/s, faster is better)"
     chart = draw_chart(rows, folder / "chart.png", baseline, title=title)
-    html = write_html(folder / "report.html", sets, BASELINE, title=title, rows=rows)
+    html = write_html(folder / "report.html", sets, SMOL_BASELINE, title=title, rows=rows)
     return DemoOutput(writer.path, table, chart, html)

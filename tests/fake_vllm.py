@@ -30,6 +30,8 @@ class FakeVllmConfig:
     cached_tokens_in_usage: bool = False  # vLLM says so only with --enable-prompt-tokens-details
     drop_requests: int = 0  # close this many connections without answering, as a proxy can
     fail_requests: int = 0  # answer this many completions with HTTP 500, as an engine still compiling does
+    max_model_len: int = 32768  # /v1/models reports it per model
+    reply: str = ""  # a non-streamed answer's text (cut to max_tokens words); empty: "tok tok ..."
 
 
 @dataclass
@@ -124,7 +126,8 @@ class FakeVllm:
                     self.wfile.write(data)
                 elif self.path == "/v1/models":
                     if self._authorised():
-                        self._json(200, {"object": "list", "data": [{"id": fake.config.model, "object": "model"}]})
+                        self._json(200, {"object": "list", "data": [{"id": fake.config.model, "object": "model",
+                                                                      "max_model_len": fake.config.max_model_len}]})
                 else:
                     self._json(404, {"error": {"message": "Not Found"}})
 
@@ -146,9 +149,39 @@ class FakeVllm:
                 if body.get("model") != fake.config.model:
                     self._json(404, {"error": {"message": f"The model `{body.get('model')}` does not exist."}})
                     return
-                fake._stream(self, body)
+                if body.get("stream"):
+                    fake._stream(self, body)
+                else:
+                    self._json(200, fake.completion(body))
 
         return Handler
+
+    def completion(self, body: dict) -> dict:
+        """A non-streamed chat completion in vLLM's format; with logprobs, one entry per token, spelled
+        ``token_id:N`` when the request asks for return_tokens_as_token_ids."""
+        words = (self.config.reply or "tok " * int(body["max_tokens"])).split(" ")
+        pieces = [w + " " for w in words[:-1]] + [words[-1]]
+        pieces = [p for p in pieces if p][: int(body["max_tokens"])]
+        finish = "length" if len(pieces) >= int(body["max_tokens"]) else "stop"
+        prompt_tokens = max(1, sum(len(m["content"]) for m in body["messages"]) // 4)
+        with self.lock:
+            self.state.seen_prompts.add((body.get("cache_salt"), body["messages"][-1]["content"]))
+        logprobs = None
+        if body.get("logprobs"):
+            def entry(piece: str) -> dict:
+                token = f"token_id:{sum(piece.encode()) % 50000}" if body.get("return_tokens_as_token_ids") else piece
+                return {"token": token, "logprob": -0.05, "bytes": list(piece.encode())}
+            top = int(body.get("top_logprobs") or 0)
+            logprobs = {"content": [{**entry(p), "top_logprobs": [entry(p)] * top} for p in pieces]}
+        return {
+            "id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": self.config.model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(pieces),
+                                                  "reasoning_content": None, "tool_calls": []},
+                         "logprobs": logprobs, "finish_reason": finish, "stop_reason": None}],
+            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + len(pieces),
+                      "completion_tokens": len(pieces), "prompt_tokens_details": None},
+            "prompt_logprobs": None,
+        }
 
     def _stream(self, handler: BaseHTTPRequestHandler, body: dict) -> None:
         cfg = self.config

@@ -9,9 +9,9 @@ import click
 
 from llm_bench.cli.exits import Aborted, CouldNotRun
 from llm_bench.cli.options import apply_protocol_flags, log, protocol_options
-from llm_bench.demo import run_demo
+from llm_bench.demo import DEMO_PROTOCOL, run_demo
 from llm_bench.engines.errors import ServerError
-from llm_bench.plan import PlanError, Protocol
+from llm_bench.plan import PlanError
 from llm_bench.runner import RunAborted
 from llm_bench.testbed.llama_server import LlamaServerNotFound
 from llm_bench.testbed.router import RouterStartError
@@ -22,9 +22,11 @@ from llm_bench.testbed.router import RouterStartError
               show_default=True, help="Folder for the models, results, table and chart.")
 @protocol_options
 def demo(output_dir, **flags) -> None:
-    """Build or find a CPU llama-server, serve tiny models and run the full protocol on them."""
+    """Build or find a CPU llama-server, serve SmolLM2-135M under several presets, measure speed and quality.
+
+    Defaults sized for 2 cores: 128 output tokens, 2 runs, the standard and quality workloads."""
     try:
-        out = run_demo(output_dir, apply_protocol_flags(Protocol(), flags), log)
+        out = run_demo(output_dir, apply_protocol_flags(DEMO_PROTOCOL, flags), log)
     except RunAborted as e:
         raise Aborted(str(e)) from e
     except (PlanError, ServerError, RouterStartError, LlamaServerNotFound) as e:
