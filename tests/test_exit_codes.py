@@ -8,7 +8,7 @@ import importlib
 from click.testing import CliRunner
 
 from llm_bench.cli import main
-from llm_bench.cli.exits import ABORTED, COULD_NOT_RUN, RAN_WITH_FAILURES
+from llm_bench.cli.exits import ABORTED, COULD_NOT_RUN, INTERRUPTED, RAN_WITH_FAILURES
 from llm_bench.results import load_results
 from llm_bench.testbed.router import free_port
 
@@ -44,3 +44,22 @@ def test_could_not_run_and_ran_with_failures_are_told_apart(tmp_path):
     assert unreachable.exit_code == COULD_NOT_RUN == 2
     assert not list(tmp_path.glob("*.toml"))  # nothing was measured, so no results file
     assert RAN_WITH_FAILURES == 1
+
+
+def test_ctrl_c_exits_130_with_the_finished_alias_saved(router_factory, bed, tmp_path, monkeypatch):
+    router = router_factory(bed)
+    measure = run_command.run_plan
+
+    def interrupted_before_the_second_alias(plan, log):
+        def watching(message: str) -> None:
+            log(message)
+            if message.startswith("Benchmark 2/"):
+                raise KeyboardInterrupt
+        return measure(plan, watching)
+
+    monkeypatch.setattr(run_command, "run_plan", interrupted_before_the_second_alias)
+    result = CliRunner().invoke(main, ["run", "--url", router.url, "--alias", "tiny-plain,tiny-ngram", "--runs", "1",
+                                       "--max-tokens", "16", "--output-dir", str(tmp_path)])
+    assert result.exit_code == INTERRUPTED == 130, result.output
+    (path,) = tmp_path.glob("*.toml")
+    assert [a.alias for a in load_results(path).aliases] == ["tiny-plain"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from llm_bench.cli.exits import Aborted, CouldNotRun, RanWithFailures
+from llm_bench.cli.exits import Aborted, CouldNotRun, Interrupted, RanWithFailures
 from llm_bench.cli.options import api_key_source, apply_protocol_flags, list_option, log, protocol_options, server_options
 from llm_bench.engines.errors import ServerError
 from llm_bench.plan import Checks, Plan, PlanError, load_plan_file, plan_from_mapping
@@ -53,6 +53,8 @@ def run(url, plan_file, aliases, label, output_dir, engine, api_key_file, api_ke
         raise Aborted(str(e)) from e
     except (PlanError, ServerError) as e:
         raise CouldNotRun(str(e)) from e
+    except KeyboardInterrupt:
+        raise Interrupted("interrupted; every alias measured before is in the results file named at the start") from None
     log(f"Results written to {writer.path}")
     rows = load_rows([writer.path])
     click.echo(markdown_table(rows))
