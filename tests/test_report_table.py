@@ -54,3 +54,18 @@ def test_a_category_is_compared_with_the_baselines_same_category():
     assert data["fast"]["verdict"] == "faster" and data["fast"]["speedup"] == 2.0
     assert data["fast [code]"]["verdict"] == "within noise"  # 81 against 80, not against the standard 50
     assert data["base [code]"]["verdict"] == "baseline"
+
+
+def test_the_html_page_carries_the_quality_section_against_the_baseline():
+    from llm_bench.results import QualityOutput
+
+    def quality(alias: str, ids: list[int]) -> AliasRecord:
+        return AliasRecord(alias=alias, workload="quality",
+                           quality_outputs=[QualityOutput("a", "x", len(ids), ids, "length")])
+
+    result = result_set()
+    result.aliases += [quality("base", [1, 2, 3]), quality("fast", [1, 2, 9])]
+    rows = rows_from_sets([result], qualify=False)
+    page = render_html([result], "base", rows=rows)
+    assert '<table id="quality">' in page and "Agreement with base" in page
+    assert "0% identical" in page  # fast's one answer parts from base's at its third token

@@ -7,7 +7,6 @@ Every piece of text from results files (preset names, server messages) is escape
 
 from __future__ import annotations
 
-import importlib
 import re
 import tempfile
 from collections.abc import Sequence
@@ -122,7 +121,7 @@ def _summary_html(sections: Sequence[Section]) -> str:
 
 # Columns whose cells are figures: right-aligned, "-" included, so digits line up.
 TEXT_COLUMNS = {"Configuration", "Engine", "Speculation", "KV", "Verdict", "Notes", "Cache evidence", "Energy from",
-                "Context"}
+                "Context", "Quality", "First difference", "Recall by length (tokens)", "Compared by"}
 # A table cell shows this much of a long note; the full text is its tooltip and is in the summary.
 NOTE_CHARS = 160
 
@@ -208,22 +207,6 @@ def _provenance_html(sets: Sequence[ResultSet], rows: Sequence[Row]) -> str:
     return "\n".join(parts)
 
 
-def _quality_html(rows: Sequence[Row]) -> str:
-    """The quality workload's section, when its module exists: ``llm_bench.report.quality.quality_table(rows)``
-    returning a ``table.Table`` (rendered like every table) or Markdown text, or None when nothing was measured."""
-    try:
-        quality = importlib.import_module("llm_bench.report.quality")
-    except ModuleNotFoundError:
-        return ""
-    build = getattr(quality, "quality_table", None)
-    table = build(rows) if callable(build) else None
-    if isinstance(table, Table):
-        return table_html(table, "quality")
-    if isinstance(table, str) and table.strip():
-        return f"<h3>Quality</h3><pre>{_e(table)}</pre>"
-    return ""
-
-
 def render_html(sets: Sequence[ResultSet], baseline: str | None = None, *, title: str | None = None,
                 failures: dict[str, str] | None = None, min_effect: float | None = None,
                 rows: Sequence[Row] | None = None, power: Sequence[PowerSweep] = ()) -> str:
@@ -248,10 +231,7 @@ def render_html(sets: Sequence[ResultSet], baseline: str | None = None, *, title
                   f"side of 1 and the ratio differs by at least {effect:.0%}; otherwise within noise.")
         note = f'<p class="note">{_e(method)}</p>' if base else ""
         body.append(f'<section id="results"><h2>Configurations</h2>{table_html(main, "main-table")}{note}</section>')
-    extra = [table_html(t, t.key) for t in section_tables(rows, power)]
-    quality = _quality_html(rows)
-    if quality:
-        extra.append(quality)
+    extra = [table_html(t, t.key) for t in section_tables(rows, power, base)]
     if extra:
         body.append('<section id="sections"><h2>Other measurements</h2>' + "\n".join(extra) + "</section>")
     body.append(_provenance_html([*sets, *(ResultSet(dict(p.meta, label=f"power sweep {p.path.name}")) for p in power)],

@@ -310,10 +310,13 @@ def all_tables(rows: Sequence[Row], baseline: Row | None = None, min_effect: flo
                      if t is not None]
 
 
-def section_tables(rows: Sequence[Row], power: Sequence[PowerSweep] = ()) -> list[Table]:
-    """The tables after the main one that the HTML report shows: extra workloads, GPU telemetry, power sweeps."""
-    return [t for t in (concurrency_table(rows), prefix_cache_table(rows), telemetry_table(rows), power_table(power))
-            if t is not None]
+def section_tables(rows: Sequence[Row], power: Sequence[PowerSweep] = (), baseline: Row | None = None) -> list[Table]:
+    """The tables after the main one that the HTML report shows: extra workloads (quality against the baseline),
+    GPU telemetry, power sweeps."""
+    from llm_bench.report.quality import quality_table  # it renders with this module's Cell and Table
+
+    return [t for t in (concurrency_table(rows), prefix_cache_table(rows), quality_table(rows, baseline),
+                        telemetry_table(rows), power_table(power)) if t is not None]
 
 
 def _md_cell(text: str) -> str:
