@@ -36,6 +36,8 @@ def test_measured_runs_process_the_whole_prompt_and_caching_only_when_asked(rout
     for r in record["runs"]:
         assert r["cache_n"] >= r["prompt_tokens"] - 2
     assert "prompt tokens from cache" in output
+    assert record["warnings"] == ["prompt cache on (asked for): TTFT and prompt t/s time the server's cache hits"]
+    assert "prompt cache on (asked for)" in output  # the table's Notes
 
 
 def test_openai_engine_salts_every_request_so_vllm_processes_the_prompt(tmp_path):

@@ -54,8 +54,17 @@ def reused_prompt(run: RunRecord) -> bool:
     return bool(run.cache_n and run.prompt_tokens and run.cache_n > REUSED_PROMPT_SHARE * run.prompt_tokens)
 
 
+PROMPT_CACHE_NOTE = "prompt cache on (asked for): TTFT and prompt t/s time the server's cache hits"
+
+
 def check_prompt_reuse(record: AliasRecord, run: RunRecord, request: ChatRequest, label: str) -> None:
-    if request.prompt_cache or not reused_prompt(run):
+    """A run that timed a cache hit says so in the record (and so in the table's Notes): a warning when
+    cold prompts were asked for, a note when the cache was."""
+    if not reused_prompt(run):
+        return
+    if request.prompt_cache:
+        if PROMPT_CACHE_NOTE not in record.warnings:
+            record.warnings.append(PROMPT_CACHE_NOTE)
         return
     record.warnings.append(
         f"{label}: the server reused {run.cache_n} of {run.prompt_tokens} prompt tokens from its cache although "
