@@ -206,7 +206,7 @@ class RouterClient(OpenAIClient):
         if not isinstance(body, dict) or not isinstance(body.get("data"), list):
             found = (error_message(response) if response.status_code != 200
                      else f"HTTP 200 with {_body_kind(response)}, not the router's model list")
-            if response.status_code in (401, 403):
+            if response.status_code not in (200, 404, 405):  # a router that answers with an error of its own
                 raise ServerError(f"GET {self.base_url}/models: {found}{refused_hint(response)}")
             raise ServerError(f"{self.base_url} does not speak the llama.cpp router API: GET /models answered "
                               f"{found}; for an OpenAI-compatible server (vLLM, HyperQwen) use --engine openai")
