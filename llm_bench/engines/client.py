@@ -40,6 +40,7 @@ class ModelInfo:
             exit_code=status.get("exit_code"),
         )
 
+
 def _body_kind(response: httpx.Response) -> str:
     kind = response.headers.get("content-type", "").partition(";")[0].strip()
     return {"text/html": "an HTML page", "": "a body without a content type"}.get(kind, kind)
