@@ -65,7 +65,7 @@ def ttft(entry: Entry) -> str:
 
 def quality_text(entry: Entry) -> str:
     if entry.control:
-        return "reference" if entry.outputs is not None else "-"
+        return "reference" if entry.quality_record is not None else "-"
     return entry.quality.describe() if entry.quality else "-"
 
 
@@ -121,7 +121,7 @@ def draw_pareto(outcome: Outcome, path: Path) -> Path:
     chosen = [e for e in outcome.entries if e.full_runs() and (e.control or e.quality is not None)]
     if len(chosen) < 2:
         raise ChartError("fewer than two presets have both full runs and a quality score; nothing to chart")
-    points = [(1.0 if e.control else e.quality.agreement, e.speed() or 0.0) for e in chosen]  # type: ignore[union-attr]
+    points = [(1.0 if e.control else e.quality.identical_share, e.speed() or 0.0) for e in chosen]  # type: ignore[union-attr]
     front = pareto_front(points)
     with figure(path, dpi=150, figsize=(8, 5.5)) as (_fig, ax):
         for e, (x, y) in zip(chosen, points):

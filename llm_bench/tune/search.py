@@ -5,13 +5,14 @@
    with the server's message and the error lines of its log, and skipped.
 2. **Rounds**: the control and the ``finalists`` fastest screened candidates get the protocol's full
    runs (``runs`` more per round, accumulated over the rounds); in the first round each also runs the
-   quality probe. After each round: candidates below the quality gate cannot win; the leader is the
+   quality workload in the same load (``llm_bench.workloads.quality``, scored against the control's
+   with ``llm_bench.report.quality``). After each round: candidates below the quality gate cannot win; the leader is the
    fastest one that passes; any contender the verdict calls slower than the leader leaves the
    contest. The rounds stop when the leader is faster than every remaining contender by more than
    noise (the verdict's interval), or when the budget (rounds, requests, time) is spent.
 
 Every measurement goes into one results file (screen records with target ``screen``, the rounds'
-accumulated runs with target ``tune``), rewritten after each candidate. Started again with the same
+accumulated runs and the quality records with target ``tune``), rewritten after each candidate. Started again with the same
 grid and settings, the tune resumes from the newest such file in the output folder: whatever was
 measured there is not measured again.
 """
@@ -30,7 +31,6 @@ from typing import Any
 
 from llm_bench import __version__
 from llm_bench.engines import open_engine
-from llm_bench.engines.client import OpenAIClient
 from llm_bench.engines.errors import ServerError, ServerUnreachable
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.gpu.telemetry import sampling
@@ -40,13 +40,43 @@ from llm_bench.results import FORMAT, AliasRecord, ResultSet, ResultsFileError, 
 from llm_bench.runner import RunAborted, measure_alias
 from llm_bench.tune.grid import Candidate
 from llm_bench.tune.plan import TunePlan
-from llm_bench.tune.quality import QualityScore, measure_quality, score
+from llm_bench.report.quality import Agreement, accuracy, agreement, recall_share
 from llm_bench.tune.serve import Served, load_errors
 from llm_bench.workloads.common import spec_from_runs
 
 Log = Callable[[str], None]
 SCREEN = "screen"
 TUNE = "tune"
+
+
+@dataclass(frozen=True)
+class QualityScore:
+    """A candidate's quality workload against the control's (llm_bench.report.quality)."""
+
+    agreement: Agreement
+    recall: float | None
+    control_recall: float | None
+    accuracy: float | None
+    control_accuracy: float | None
+
+    @property
+    def identical_share(self) -> float:
+        return self.agreement.identical_share or 0.0
+
+    def describe(self) -> str:
+        text = f"agreement {self.identical_share:.0%}"
+        if self.recall is not None:
+            text += f", recall {self.recall:.0%}" + (f" (control {self.control_recall:.0%})"
+                                                     if self.control_recall is not None else "")
+        if self.accuracy is not None:
+            text += f", exact answers {self.accuracy:.0%}"
+        return text
+
+
+def score(candidate: AliasRecord, control: AliasRecord) -> QualityScore:
+    return QualityScore(agreement(control.quality_outputs, candidate.quality_outputs),
+                        recall_share(candidate.recall), recall_share(control.recall),
+                        accuracy(candidate.questions), accuracy(control.questions))
 
 
 @dataclass
@@ -58,7 +88,7 @@ class Entry:
     screen: AliasRecord | None = None
     full: AliasRecord | None = None
     quality: QualityScore | None = None
-    outputs: dict[str, str] | None = None
+    quality_record: AliasRecord | None = None  # the quality workload's record (greedy outputs, recall)
     invalid: str | None = None
     finalist: bool = False
     dropped: str | None = None  # why it left the rounds
@@ -122,6 +152,12 @@ def previous_result(output_dir: Path, print_: str) -> ResultSet | None:
     return found[1]
 
 
+def requests_of(record: AliasRecord) -> int:
+    """The requests a record's figures took (its warm-up aside)."""
+    return len(record.runs) + len(record.quality_outputs) + len(record.questions) + \
+        sum(1 for p in record.recall if p.found is not None)
+
+
 class Budget:
     def __init__(self, plan: TunePlan, used_requests: int = 0):
         self.plan = plan
@@ -142,7 +178,7 @@ def cost_text(plan: TunePlan, n: int) -> str:
     finalists = min(plan.finalists, n - 1)
     return (f"Search cost: {n} presets ({n - 1} candidates and the control) screened with 1 run of "
             f"{plan.screen_max_tokens} tokens each; then up to {plan.budget.max_rounds} round(s) of {p.runs} run(s) "
-            f"of {p.max_tokens} tokens on the control and {finalists} finalist(s), with a quality probe on each; "
+            f"of {p.max_tokens} tokens on the control and {finalists} finalist(s), with the quality workload on each; "
             f"budget: {plan.budget.max_requests} requests, {plan.budget.max_time_s:.0f} s.")
 
 
@@ -158,7 +194,11 @@ def estimate_text(plan: TunePlan, n: int, control: AliasRecord) -> str:
     finalists = min(plan.finalists, n - 1) + 1
     full = first + plan.protocol.max_tokens * per_token
     rounds = plan.budget.max_rounds * finalists * (load + (plan.protocol.runs + 1) * full)
-    quality = finalists * 5 * (first * 4 + 32 * per_token)
+    # The quality workload: the agreement prompts (at most 96 tokens each), 4 short questions, the recall probes.
+    qp = plan.protocol
+    agreement_tokens = 3 * 96
+    probes = len(qp.recall_lengths) * len(qp.recall_depths)
+    quality = finalists * ((7 + probes) * first + (agreement_tokens + 4 * 16 + probes * 24) * per_token)
     total = min(screen + rounds + quality, plan.budget.max_time_s)
     return (f"Estimated time: at most {total / 60:.1f} min (screen {screen:.0f} s, rounds {rounds:.0f} s, "
             f"quality {quality:.0f} s; from the control's cold load {load:.1f} s and {1 / per_token:.1f} t/s "
@@ -174,7 +214,7 @@ class Tuner:
         self.entries = entries
         self.control = entries[0]
         self.tune_meta: dict[str, Any] = writer.result_set.meta["tune"]
-        used = sum(len(r.runs) + 1 for r in writer.result_set.aliases)
+        used = sum(requests_of(r) + 1 for r in writer.result_set.aliases)
         self.budget = Budget(plan, used)
         p = plan.protocol
         self.engine = open_engine("llama-cpp", served.url, timeout=p.request_timeout_s, load_timeout=p.load_timeout_s)
@@ -192,7 +232,7 @@ class Tuner:
         except ServerUnreachable as e:
             raise RunAborted(f"the router serving the candidates went away: {e}; "
                              f"results so far are in {self.writer.path}") from e
-        self.budget.requests += sum(len(r.runs) + 1 for r in records)
+        self.budget.requests += sum(requests_of(r) for r in records) + 1
         failed = [r for r in records if r.errors]
         if failed:
             lines = load_errors(self.served.new_log())
@@ -239,14 +279,18 @@ class Tuner:
         return [self.control, *chosen]
 
     def _full(self, entry: Entry, runs: int, with_quality: bool) -> None:
-        quality_now = with_quality and entry.outputs is None
-        if runs > 0:
-            # The quality probe follows in the same load, so the model is released after it instead.
-            protocol = replace(self.plan.protocol, runs=runs, workloads=("standard",),
-                               unload_after=self.plan.protocol.unload_after and not quality_now)
-            records = self._measure(entry, protocol, TUNE)
-            record = records[0]
-            if entry.full is None:
+        """``runs`` more full runs, and the quality workload in the same load when it is still missing."""
+        quality_now = with_quality and entry.quality_record is None
+        workloads = (("standard",) if runs > 0 else ()) + (("quality",) if quality_now else ())
+        if not workloads:
+            return
+        protocol = replace(self.plan.protocol, runs=max(runs, 1), workloads=workloads)
+        records = self._measure(entry, protocol, TUNE)
+        for record in records:
+            if record.workload == "quality":
+                entry.quality_record = record
+                self.writer.add(record)
+            elif entry.full is None:
                 entry.full = record
                 self.writer.add(record)
             else:
@@ -257,41 +301,19 @@ class Tuner:
                 entry.full.comparable = entry.full.comparable and record.comparable
                 entry.full.not_comparable_reason = entry.full.not_comparable_reason or record.not_comparable_reason
                 self.writer.flush()
-            if record.errors:
-                entry.dropped = "failed: " + "; ".join(record.errors)
-                if quality_now:
-                    self._release(entry)
-                return
-        if quality_now:
-            self.log(f"  quality probe: {entry.name}")
-            try:
-                with OpenAIClient(self.served.url, timeout=self.plan.protocol.request_timeout_s) as client:
-                    entry.outputs = measure_quality(client, entry.name, self.plan.protocol.seed)
-            except ServerError as e:
-                entry.dropped = f"quality probe failed: {e}"
-                return
-            finally:
-                self._release(entry)
-            self.budget.requests += len(entry.outputs or {})
-            self.tune_meta.setdefault("quality", {})[entry.name] = entry.outputs
-            self.writer.flush()
-
-    def _release(self, entry: Entry) -> None:
-        try:
-            self.engine.release(entry.name)
-        except ServerError as e:
-            self.log(f"  unload of {entry.name} failed: {e}")
+        failed = [e for r in records for e in r.errors]
+        if failed:
+            entry.dropped = "failed: " + "; ".join(failed)
 
     def judge(self, entry: Entry) -> None:
-        if entry.control or entry.outputs is None or self.control.outputs is None:
+        control = self.control.quality_record
+        if entry.control or entry.quality_record is None or control is None:
             return
-        entry.quality = score(entry.outputs, self.control.outputs)
+        entry.quality = q = score(entry.quality_record, control)
         gate = self.plan.quality
         reasons = []
-        if entry.quality.agreement < gate.min_agreement:
-            reasons.append(f"agreement {entry.quality.agreement:.0%} < {gate.min_agreement:.0%}"
-                           + (f" ({entry.quality.first_difference})" if entry.quality.first_difference else ""))
-        q = entry.quality
+        if q.identical_share < gate.min_agreement:
+            reasons.append(f"agreement {q.identical_share:.0%} < {gate.min_agreement:.0%} ({q.agreement.describe()})")
         if q.recall is not None and q.control_recall is not None and q.recall < q.control_recall - gate.max_recall_drop:
             reasons.append(f"recall {q.recall:.0%} below the control's {q.control_recall:.0%}")
         entry.rejected = "; ".join(reasons) or None
@@ -312,7 +334,7 @@ class Tuner:
                 if spent:
                     return self._leader(contenders), False, spent
                 missing = r * runs - len(entry.full.runs if entry.full else [])
-                if missing > 0 or entry.outputs is None:
+                if missing > 0 or entry.quality_record is None:
                     self.log(f"  {entry.name}: {max(missing, 0)} run(s)")
                     self._full(entry, max(missing, 0), with_quality=True)
             for entry in contenders:
@@ -355,10 +377,8 @@ def entries_from(candidates: list[Candidate], previous: ResultSet | None) -> lis
             entry.screen = record
         elif record.target == TUNE and record.workload == "standard":
             entry.full = record
-    outputs = (previous.meta.get("tune") or {}).get("quality") or {}
-    for name, texts in outputs.items():
-        if name in by_name:
-            by_name[name].outputs = dict(texts)
+        elif record.target == TUNE and record.workload == "quality":
+            entry.quality_record = record
     for entry in entries:
         if entry.screen is not None and (entry.screen.errors or not entry.screen.runs):
             entry.invalid = "; ".join(entry.screen.errors) or "no run measured"
@@ -381,10 +401,7 @@ def new_meta(plan: TunePlan, candidates: list[Candidate], print_: str, engine_ur
                          "max_recall_drop": plan.quality.max_recall_drop},
     }
     if previous is not None:
-        old = previous.meta.get("tune") or {}
-        tune["resumed_from"] = old.get("resumed_from")
-        if old.get("quality"):
-            tune["quality"] = old["quality"]
+        tune["resumed_from"] = (previous.meta.get("tune") or {}).get("resumed_from")
     return {
         "format": FORMAT, "llm_bench_version": __version__, "started_at": now.isoformat(timespec="seconds"),
         "complete": False, "host": platform.node(), "label": TUNE, "engine": "llama-cpp",
