@@ -65,8 +65,9 @@ def tune(plan_file, name, model, sets, axes, url, presets, control, main_url, ll
     same settings, it resumes.
     """
     signal.signal(signal.SIGTERM, _interrupt)
+    plan = TunePlan()
     try:
-        plan = load_tune_plan(plan_file) if plan_file else TunePlan()
+        plan = load_tune_plan(plan_file) if plan_file else plan
         budget = replace(plan.budget, **{k: v for k, v in (("max_rounds", max_rounds), ("max_requests", max_requests),
                                                             ("max_time_s", max_time_s)) if v is not None})
         quality = replace(plan.quality, **{k: v for k, v in (("min_agreement", min_agreement),
@@ -85,8 +86,9 @@ def tune(plan_file, name, model, sets, axes, url, presets, control, main_url, ll
     except RunAborted as e:
         raise Aborted(str(e)) from e
     except KeyboardInterrupt:
-        raise Interrupted("interrupted; the machine's router was restored and what was measured is kept in "
-                          f"{plan.output_dir}: run the same command again to resume") from None
+        restored = "the machine's router was restored and " if plan.main_url and plan.url is None else ""
+        raise Interrupted(f"interrupted; {restored}what was measured is kept in {plan.output_dir}: "
+                          "run the same command again to resume") from None
     click.echo(result.report.read_text())
     log(f"Report: {result.report}" + (f", chart: {result.chart}" if result.chart else "")
         + (f", HTML: {result.html}" if result.html else "") + f", results: {result.outcome.results}")

@@ -349,6 +349,8 @@ class Tuner:
             self.writer.flush()
             for e in others:
                 self.log(f"  {leader.name} vs {e.name}: {verdicts[e.name].describe()}")
+            if not others:
+                return leader, True, f"no other contender is left after round {r} (rejected for quality, failed or slower)"
             if all(v.kind == FASTER for v in verdicts.values()):
                 return leader, True, f"the leader is faster than every other contender beyond noise after round {r}"
             for e in others:

@@ -33,7 +33,8 @@ def adoption(plan: TunePlan, outcome: Outcome) -> tuple[str, str]:
     winner = outcome.winner
     if winner is None:
         return "", ""
-    command = remeasure_command(winner.name, outcome.control.name, plan.protocol, plan.main_url or DEFAULT_URL)
+    command = remeasure_command(winner.name, outcome.control.name, plan.protocol,
+                                plan.url or plan.main_url or DEFAULT_URL)
     if plan.url is not None:
         return "", command  # the router already serves it
     presets = {winner.name: winner.candidate.preset}
