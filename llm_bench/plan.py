@@ -172,6 +172,8 @@ class Protocol:
     # a length beyond the model's context is skipped with the reason) and needle depths (0 = start).
     recall_lengths: tuple[int, ...] = field(default=(8192, 32768), metadata={"min": 64})
     recall_depths: tuple[float, ...] = field(default=(0.1, 0.5, 0.9), metadata={"min": 0.0, "max": 1.0})
+    # A cap on the output tokens of the quality set's agreement prompts (each has its own max_tokens).
+    quality_max_tokens: int | None = field(default=None, metadata={"min": 1})
     # False: every measured request processes its whole prompt (TTFT and prompt t/s time a processed
     # prompt); True: the server may reuse a cached prefix. The prefix-cache workload always caches.
     prompt_cache: bool = False
@@ -273,6 +275,8 @@ class Plan:
     engine: str = "llama-cpp"
     api_key: ApiKeySource = ApiKeySource()
     metrics_url: str | None = None  # default: the server's /metrics
+    # Send the API key to a metrics_url on another origin too (on the server's own it always goes).
+    metrics_key: bool = False
     checks: Checks = Checks()
 
     def __post_init__(self) -> None:
@@ -281,7 +285,7 @@ class Plan:
 
 PROTOCOL_KEYS = {f.name for f in fields(Protocol)} - {"prompt"}
 PLAN_KEYS = {"url", "aliases", "label", "output_dir", "protocol", "engine", "api_key_file", "api_key_env",
-             "metrics_url", "checks"}
+             "metrics_url", "metrics_key", "checks"}
 
 
 def _check_keys(where: str, given: dict[str, Any], allowed: set[str]) -> None:
@@ -342,7 +346,8 @@ def plan_from_mapping(data: dict[str, Any], *, relative_to: Path | None = None,
     try:
         plan = Plan(checks=checks, url=data.get("url", DEFAULT_URL), aliases=tuple(aliases),
                     label=data.get("label", ""), output_dir=data.get("output_dir", "results"), protocol=protocol,
-                    engine=engine, api_key=api_key, metrics_url=data.get("metrics_url"))
+                    engine=engine, api_key=api_key, metrics_url=data.get("metrics_url"),
+                    metrics_key=data.get("metrics_key", False))
     except PlanError as e:
         raise PlanError(f"plan: {e}") from e
     return replace(plan, output_dir=_relative(plan.output_dir, relative_to),

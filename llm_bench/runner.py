@@ -159,7 +159,8 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
     started_at = datetime.now(timezone.utc)
     engine = open_engine(plan.engine, plan.url, timeout=protocol.request_timeout_s,
                          api_key=plan.api_key.read(), metrics_url=plan.metrics_url,
-                         load_timeout=protocol.load_timeout_s, streams=max(protocol.concurrency))
+                         load_timeout=protocol.load_timeout_s, streams=max(protocol.concurrency),
+                         metrics_key=plan.metrics_key)
     try:
         with nvml or Nvml() as gpus:
             aliases = [a for a in select_models(engine, plan.aliases) if not skip(a)]

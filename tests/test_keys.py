@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from llm_bench.cli import main
 from llm_bench.engines import open_engine
+from tests.fake_vllm import FakeVllm, FakeVllmConfig
 
 KEY = "sekrit-key-123"
 
@@ -98,3 +99,17 @@ def test_the_key_goes_to_the_metrics_url_only_on_the_servers_origin():
             explicit.close()
     assert [s["authorization"] for s in on_server] == [f"Bearer {KEY}", f"Bearer {KEY}"]
     assert [s["authorization"] for s in on_other] == ["", f"Bearer {KEY}"]  # only when asked for
+
+
+def test_run_sends_the_key_to_a_foreign_metrics_url_only_with_metrics_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("BENCH_KEY", KEY)
+    with FakeVllm(FakeVllmConfig(api_key=KEY)) as vllm, recording_server() as (other_url, on_other):
+        seen = []
+        for extra in ([], ["--metrics-key"]):
+            result = invoke("run", "--engine", "openai", "--url", vllm.url, "--api-key-env", "BENCH_KEY",
+                            "--metrics-url", f"{other_url}/metrics", "--runs", "1", "--max-tokens", "8",
+                            "--output-dir", str(tmp_path), *extra)
+            assert result.exit_code == 0, result.output
+            seen.append({s["authorization"] for s in on_other})
+            on_other.clear()
+    assert seen == [{""}, {f"Bearer {KEY}"}]  # the metrics URL was read both times; the key went only when asked

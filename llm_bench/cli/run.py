@@ -18,6 +18,8 @@ from llm_bench.runner import RunAborted, run_plan
 @click.command()
 @server_options
 @click.option("--plan", "plan_file", type=click.Path(dir_okay=False, path_type=Path), help="TOML plan file.")
+@click.option("--metrics-key", is_flag=True, default=None,
+              help="Send the API key to a --metrics-url on another host too (on the server's own it always goes).")
 @list_option("--alias", "aliases", help="Presets to measure (default: every preset the server lists).")
 @click.option("--label", help="Free-form label stored with the results, e.g. the engine or specialisation.")
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), help="Folder for results files.")
@@ -29,7 +31,7 @@ from llm_bench.runner import RunAborted, run_plan
               help="Warn when decode reaches less than this fraction of the memory-bandwidth roofline "
                    f"(default {Checks.roofline_min:g}).")
 @protocol_options
-def run(url, plan_file, aliases, label, output_dir, engine, api_key_file, api_key_env, metrics_url,
+def run(url, plan_file, metrics_key, aliases, label, output_dir, engine, api_key_file, api_key_env, metrics_url,
         log_file, log_command, power_floor_w, roofline_min, **flags) -> None:
     """Measure presets of a llama.cpp router (or models of an OpenAI server); write a new results file."""
     try:
@@ -44,6 +46,7 @@ def run(url, plan_file, aliases, label, output_dir, engine, api_key_file, api_ke
             engine=engine or plan.engine,
             api_key=api_key_source(api_key_file, api_key_env) or plan.api_key,
             metrics_url=metrics_url or plan.metrics_url,
+            metrics_key=metrics_key or plan.metrics_key,
             checks=replace(plan.checks, **{k: v for k, v in (
                 ("log_file", log_file), ("log_command", log_command),
                 ("power_floor_w", power_floor_w), ("roofline_min", roofline_min)) if v is not None}),
