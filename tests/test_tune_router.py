@@ -202,6 +202,7 @@ def test_outputs_report_chart_and_the_report_command(tuned: Tuned) -> None:
     out = tuned.folder / "out"
     assert (out / "tune-sm.md").read_text() in tuned.second.stdout
     assert (out / "tune-sm-pareto.png").stat().st_size > 1000
+    assert "sm-plain" in (out / "tune-sm.html").read_text()  # the shared HTML report, the control as baseline
     assert "| # | Preset |" in tuned.second.stdout
     report = subprocess.run(cli("report", str(tuned.results)), text=True, capture_output=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
