@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from llm_bench.report.quality import quality_marks
 from llm_bench.report.rows import (
     Row,
     base_for,
@@ -49,6 +50,10 @@ def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, tit
         edge = span * 1.3
         ax.set_xlim(0, edge)
 
+        quality = quality_marks(rows, baseline)
+        for label in ax.get_yticklabels():  # a configuration whose answers differ from the reference's: red
+            if label.get_text() in quality:
+                label.set_color("#c53030")
         for bar, r in zip(bars, measured):
             y = bar.get_y() + bar.get_height() / 2
             value = f"{r.decode_tps:.1f} t/s"
@@ -70,7 +75,10 @@ def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, tit
                 notes.append("not comparable")
             if any(w.startswith("ACCEPTANCE TRAP") for w in r.record.warnings):
                 notes.append("acceptance trap")
-            ax.text(right, y, "  ".join(notes), va="center", ha="left", fontsize=9)
+            if r.configuration in quality:
+                notes.append("!! " + quality[r.configuration])
+            ax.text(right, y, "  ".join(notes), va="center", ha="left", fontsize=9,
+                    color="#c53030" if r.configuration in quality else "black")
 
         marked = False
         for r, pos in zip(measured, positions):  # the memory-bandwidth roofline of each configuration

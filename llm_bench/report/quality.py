@@ -243,6 +243,21 @@ def quality_cells(rows: Sequence[Row], reference: Row | None) -> dict[str, Cell]
     return cells
 
 
+def quality_marks(rows: Sequence[Row], reference: Row | None) -> dict[str, str]:
+    """Speed row configuration -> a short mark, for configurations whose quality differs from the reference
+    (or whose speculation changed the output): what the chart writes beside their bars."""
+    qrows = quality_rows(rows, reference)
+    marks = {}
+    for row in rows:
+        for q in qrows:
+            if row.record.workload != "quality" and q.row.label == row.label and q.row.record.alias == row.record.alias:
+                if q.flagged is not None:
+                    marks[row.configuration] = "speculation changed the output"
+                elif q.differs and q.agreement is not None:
+                    marks[row.configuration] = f"quality differs ({q.agreement.identical_share:.0%} identical)"
+    return marks
+
+
 def quality_cell(q: QualityRow) -> Cell:
     """Agreement with the reference and recall, and the speculation flag."""
     parts = []

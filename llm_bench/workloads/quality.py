@@ -121,7 +121,8 @@ def quality(engine: Engine, alias: str, protocol: Protocol, base: AliasRecord, l
     seed = protocol.seed
 
     for item in qset.agreement:
-        answer = engine.complete(CompletionRequest.of(alias, item.prompt, item.max_tokens, seed))
+        max_tokens = min(item.max_tokens, protocol.quality_max_tokens or item.max_tokens)
+        answer = engine.complete(CompletionRequest.of(alias, item.prompt, max_tokens, seed))
         record.quality_outputs.append(QualityOutput(item.id, answer.text, answer.output_tokens, answer.token_ids,
                                                     answer.finish_reason))
     with_ids = all(o.token_ids is not None for o in record.quality_outputs)
