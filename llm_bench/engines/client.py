@@ -167,14 +167,22 @@ class OpenAIClient:
 
     def _stream_chat_once(self, request: ChatRequest, body: dict[str, Any], path: str) -> StreamMeasurement:
         what = f"POST {path} for {request.model!r}"
+        written: list[float] = []
+
+        def trace(event: str, _info: dict[str, Any]) -> None:  # httpcore's trace extension
+            if event == "http11.send_request_body.complete":
+                written.append(time.perf_counter())
+
         sent_at = time.perf_counter()
         try:
-            with self.http.stream("POST", path, json=body) as response:
+            with self.http.stream("POST", path, json=body, extensions={"trace": trace}) as response:
                 if response.status_code != 200:
                     response.read()
                     raise ServerError(f"{what}: {error_message(response)}{refused_hint(response)}")
                 try:
-                    return measure_stream(server_sent_events(response), sent_at, what=what)
+                    measurement = measure_stream(server_sent_events(response), sent_at, what=what)
+                    measurement.written_at = written[0] if written else None
+                    return measurement
                 except httpx.TransportError as e:
                     raise ServerError(f"{what}: stream broke: {type(e).__name__}: {e}") from e
         except httpx.ConnectError as e:

@@ -51,6 +51,8 @@ class StreamMeasurement:
     """Wall-clock facts about one streamed completion, plus what the server reported."""
 
     sent_at: float
+    # when the request's last byte went onto a connection, after any wait for a free one in the pool
+    written_at: float | None = None
     first_token_at: float | None = None
     last_token_at: float | None = None
     done_at: float | None = None
