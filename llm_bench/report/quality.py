@@ -309,6 +309,6 @@ def quality_table(rows: Sequence[Row], reference: Row | None = None) -> Table | 
                  {"accuracy": q.accuracy}),
             Cell(a.unit if a is not None else (q.row.record.quality_comparison or "-"),
                  {"compared_by": None if a is None else a.unit}),
-            Cell(" ".join(notes), {"quality_flag": q.flag_text() or None}),
+            Cell("; ".join(notes), {"quality_flag": q.flag_text() or None}),
         ])
     return Table("Quality", "quality", header, lines)

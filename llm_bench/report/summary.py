@@ -17,6 +17,7 @@ from llm_bench.report.rows import (
     speedup_text,
     verdict_of,
 )
+from llm_bench.report.quality import quality_rows
 from llm_bench.report.table import num, verdict_text
 from llm_bench.report.verdict import FASTER, SLOWER, TOO_FEW_RUNS, WITHIN_NOISE
 
@@ -73,6 +74,10 @@ def summary_sections(rows: Sequence[Row], baseline: Row | None, failures: dict[s
     warned = [f"{r.configuration}: {w}" for r in rows for w in r.record.warnings]
     if warned:
         sections.append(Section("Warnings", warned))
+    changed = [f"{q.configuration}: {q.flag_text() or (q.agreement.describe() if q.agreement else '')}"
+               for q in quality_rows(rows, baseline) if q.differs]
+    if changed:
+        sections.append(Section("Answers that differ from the reference (quality workload)", changed))
     failed = [f"{r.configuration}: {'; '.join(r.record.errors)}" for r in rows if r.record.errors]
     failed += [f"target {name}: {message}" for name, message in (failures or {}).items()]
     if failed:
