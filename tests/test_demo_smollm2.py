@@ -1,0 +1,44 @@
+"""The demo's SmolLM2 bed: the presets it promises, and a random drafter llama.cpp accepts for SmolLM2
+(same vocabulary token for token). The presets are served and measured by tests/test_quality_router.py."""
+
+from __future__ import annotations
+
+import configparser
+from pathlib import Path
+
+import pytest
+
+from llm_bench.demo import DEMO_PROTOCOL, SMOL_BASELINE, SMOL_CONTEXT, write_smollm2_bed
+
+
+@pytest.fixture(scope="module")
+def bed(smollm2: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_smollm2_bed(tmp_path_factory.mktemp("smolbed"), smollm2)
+
+
+def test_the_bed_has_every_preset_the_readme_describes(smollm2: Path, bed: Path):
+    ini = bed
+    parser = configparser.ConfigParser()
+    parser.read_string(ini.read_text().split("\n", 1)[1])  # after "version = 1"
+    presets = {name: dict(parser[name]) for name in parser.sections()}
+    assert set(presets) == {"*", SMOL_BASELINE, "smol-self-draft", "smol-ngram", "smol-kv-q8", "smol-kv-q4",
+                            "smol-random-draft", "smol-synth"}
+    assert all(p["model"] == str(smollm2) for name, p in presets.items() if name != "*")
+    assert presets["smol-self-draft"]["model-draft"] == str(smollm2)
+    assert presets["smol-kv-q4"]["cache-type-v"] == "q4_0" and presets["smol-kv-q4"]["flash-attn"] == "on"
+    assert presets["smol-synth"]["model-draft"] == presets["smol-random-draft"]["model-draft"]
+    assert "spec-synth-len" in presets["smol-synth"] and "spec-synth-len" not in presets["smol-random-draft"]
+    # the longest recall filler of the demo, with its question and answer, fits the presets' context
+    assert max(DEMO_PROTOCOL.recall_lengths) + 96 <= SMOL_CONTEXT == int(presets["*"]["ctx-size"])
+    assert DEMO_PROTOCOL.workloads == ("standard", "quality")
+
+
+def test_the_random_drafter_copies_smollm2s_vocabulary(smollm2: Path, bed: Path):
+    import gguf
+
+    drafter = gguf.GGUFReader(str(bed.parent / "models" / "smollm2-random-drafter.gguf"))
+    target = gguf.GGUFReader(str(smollm2))
+    for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges",
+                "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.pre"):
+        assert drafter.fields[key].contents() == target.fields[key].contents(), key
+    assert drafter.fields["llama.block_count"].contents() == 1  # a tiny random model, not a copy
