@@ -56,7 +56,7 @@ def screened(folder: Path) -> int:
     return count
 
 
-def run_to_end(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 1200) -> subprocess.CompletedProcess:
+def run_to_end(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 2400) -> subprocess.CompletedProcess:
     """Run the tune; past the timeout interrupt it (as a user would), so it still restores what it changed."""
     process = subprocess.Popen(argv, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -115,6 +115,7 @@ runs = 3
 max_tokens = 16
 recall_lengths = [512]
 recall_depths = [0.5]
+quality_max_tokens = 24
 """)
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         first = subprocess.Popen(cli("tune", "--plan", str(plan)), cwd=folder, env=env, text=True,

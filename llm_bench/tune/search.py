@@ -196,7 +196,7 @@ def estimate_text(plan: TunePlan, n: int, control: AliasRecord) -> str:
     rounds = plan.budget.max_rounds * finalists * (load + (plan.protocol.runs + 1) * full)
     # The quality workload: the agreement prompts (at most 96 tokens each), 4 short questions, the recall probes.
     qp = plan.protocol
-    agreement_tokens = 3 * 96
+    agreement_tokens = 3 * min(96, qp.quality_max_tokens or 96)
     probes = len(qp.recall_lengths) * len(qp.recall_depths)
     quality = finalists * ((7 + probes) * first + (agreement_tokens + 4 * 16 + probes * 24) * per_token)
     total = min(screen + rounds + quality, plan.budget.max_time_s)
