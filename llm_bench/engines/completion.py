@@ -37,6 +37,7 @@ class CompletionRequest:
             "temperature": 0.0,
             "seed": self.seed,
             "stream": False,
+            "ignore_eos": False,  # the answer ends where the model ends it, even if a preset sets --ignore-eos
             # top_logprobs 1: llama-server returns no logprobs at all with 0.
             "logprobs": True,
             "top_logprobs": 1,
