@@ -100,14 +100,16 @@ DEMO_PROTOCOL = Protocol(max_tokens=128, runs=2, workloads=("standard", "quality
                          recall_lengths=(1536, 2560), recall_depths=(0.1, 0.5))
 
 
-def run_demo(folder: Path, protocol: Protocol, log: Callable[[str], None]) -> DemoOutput:
+def run_demo(folder: Path, protocol: Protocol, log: Callable[[str], None],
+             presets: tuple[str, ...] | None = None) -> DemoOutput:
+    """The demo: every SmolLM2 preset, or only ``presets`` (the baseline among them for the comparison)."""
     folder = folder.resolve()
     folder.mkdir(parents=True, exist_ok=True)
     log("llm-bench demo: a CPU llama-server router serving SmolLM2-135M-Instruct, speed and quality")
     binary = ensure_llama_server(log)
     log(f"llama-server: {binary}")
     model = ensure_smollm2(log)
-    ini = write_smollm2_bed(folder, model)
+    ini = write_smollm2_bed(folder, model, presets)
     log(f"presets: {ini}")
     with running_router(binary, ini, log_path=folder / "llama-server.log") as router:
         log(f"router listening on {router.url} (log: {folder / 'llama-server.log'})")
