@@ -171,3 +171,22 @@ def test_the_openai_engine_gets_token_ids_from_vllms_format_and_a_unique_salt():
     assert found.length_tokens == 1024 and found.expected == "2533" and found.found is True
     assert skipped.length_tokens == 65536 and "32768" in skipped.skipped and skipped.found is None
     assert all(not q.correct for q in record.questions)
+
+
+def test_the_chart_marks_configurations_whose_answers_differ(tmp_path: Path):
+    from llm_bench.report.chart import draw_chart
+    from llm_bench.report.quality import quality_marks
+    from llm_bench.results import RunRecord
+
+    model = ["--model", "/m/smol.gguf"]
+    ids = list(range(40))
+    speed = [AliasRecord(alias=a, target="t", preset_args=["llama-server", *args], runs=[RunRecord(decode_tps=v)])
+             for a, args, v in (("plain", model, 10.0), ("synth", [*model, "--spec-type", "draft-simple"], 14.0),
+                                ("q4", [*model, "--cache-type-k", "q4_0"], 12.0))]
+    quality_records = [quality_record("plain", model, [out("code", "", ids)]),
+                       quality_record("synth", [*model, "--spec-type", "draft-simple"], [out("code", "", ids[:2] + [0] * 38)]),
+                       quality_record("q4", [*model, "--cache-type-k", "q4_0"], [out("code", "", ids[:35] + [0] * 5)])]
+    rows = [row(r) for r in speed + quality_records]
+    marks = quality_marks(rows, rows[0])
+    assert marks == {"synth": "speculation changed the output", "q4": "quality differs (0% identical)"}
+    assert draw_chart(rows, tmp_path / "chart.png", rows[0]).stat().st_size > 0
