@@ -194,7 +194,7 @@ def test_winner_has_a_verdict_and_passed_the_quality_gate(tuned: Tuned) -> None:
         assert [o.text for o in quality[rejected["name"]].quality_outputs] != control
         assert f"rejected for quality: {rejected['name']}" in tuned.second.stdout
     # Full runs of the rounds: every contender has runs measured by the server's own timings.
-    full = {a.alias: a for a in final.aliases if a.target == TUNE}
+    full = {a.alias: a for a in final.aliases if a.target == TUNE and a.workload == "standard"}
     assert winner in full and all(r.server_decode_tps for r in full[winner].runs)
     assert len(full[tune["control"]].runs) == 3
 
