@@ -352,6 +352,8 @@ class Tuner:
             if not others:
                 return leader, True, f"no other contender is left after round {r} (rejected for quality, failed or slower)"
             if all(v.kind == FASTER for v in verdicts.values()):
+                for e in others:
+                    e.dropped = f"{leader.name} is faster beyond noise (round {r})"
                 return leader, True, f"the leader is faster than every other contender beyond noise after round {r}"
             for e in others:
                 if not e.control and verdict(e.full_runs(), leader.full_runs()).kind == SLOWER:

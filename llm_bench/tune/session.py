@@ -38,8 +38,8 @@ def adoption(plan: TunePlan, outcome: Outcome) -> tuple[str, str]:
     if plan.url is not None:
         return "", command  # the router already serves it
     presets = {winner.name: winner.candidate.preset}
-    comments = {winner.name: f"llm-bench tune winner: {winner.verdict.describe() if winner.verdict else 'the control'}"
-                             f" against {outcome.control.name}"}
+    comments = {winner.name: f"llm-bench tune winner: {winner.verdict.describe()} against {outcome.control.name}"
+                if winner.verdict else "llm-bench tune winner: the control itself (no candidate beat it)"}
     if not winner.control:
         presets[outcome.control.name] = outcome.control.candidate.preset
         comments[outcome.control.name] = "the control it was compared with, to measure both after the rebuild"
