@@ -9,7 +9,6 @@ from pathlib import Path
 
 from llm_bench.diagnostics.checks import fork_build
 from llm_bench.engines import Engine
-from llm_bench.engines.client import RouterClient
 from llm_bench.engines.errors import ServerError
 
 MARKER = Path("/etc/llama-cpp/active.json")  # written by the flake's llama-cpp module
@@ -18,11 +17,8 @@ MARKER = Path("/etc/llama-cpp/active.json")  # written by the flake's llama-cpp 
 def router_presets(engine: Engine) -> dict[str, list[str]]:
     """Each preset's llama-server arguments as the router's /models reports them (no model is loaded);
     empty for a server that is not a llama.cpp router."""
-    client = getattr(engine, "client", None)
-    if not isinstance(client, RouterClient):
-        return {}
     try:
-        return {m.id: list(m.args) for m in client.models()}
+        return engine.preset_args()
     except ServerError:
         return {}
 

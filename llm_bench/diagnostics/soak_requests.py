@@ -15,11 +15,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 
 from llm_bench.engines import Engine
-from llm_bench.engines.client import RouterClient, error_message
-from llm_bench.engines.errors import ServerError, ServerUnreachable
+from llm_bench.engines.errors import ServerError
 
 SPECIAL_KINDS = ("tool", "thinking", "image")
 
@@ -63,13 +61,12 @@ class Capabilities:
 def capabilities(engine: Engine, model: str) -> Capabilities | None:
     """From a llama.cpp router's /props for the loaded model (None when it cannot be read now, e.g. the
     model is not loaded: ask again later); an OpenAI server says nothing (every field None)."""
-    client = getattr(engine, "client", None)
-    if not isinstance(client, RouterClient):
-        return Capabilities(source="the server does not report model capabilities")
     try:
-        props = client.props(model)
+        props = engine.model_props(model)
     except ServerError:
         return None
+    if props is None:
+        return Capabilities(source="the server does not report model capabilities")
     template = str(props.get("chat_template") or "")
     caps = props.get("chat_template_caps") or {}
     modalities = props.get("modalities") or {}
@@ -153,21 +150,10 @@ def judge(kind: str, answer: dict[str, Any]) -> tuple[str | None, str | None]:
 
 def send(engine: Engine, kind: str, model: str, max_tokens: int, temperature: float, seed: int) -> Reply:
     """One request of a special kind; a transport failure raises ServerError like a streamed request."""
-    http: httpx.Client = engine.client.http  # type: ignore[attr-defined] - both engines keep one
     payload = body(kind, model, max_tokens, temperature, seed)
     start = time.perf_counter()
-    try:
-        response = http.post("/v1/chat/completions", json=payload)
-    except httpx.ConnectError as e:
-        raise ServerUnreachable(f"cannot connect to {engine.base_url} ({e})") from e
-    except httpx.TimeoutException as e:
-        raise ServerError(f"request timed out after {time.perf_counter() - start:.1f} s") from e
-    except httpx.TransportError as e:
-        raise ServerError(f"request failed: {type(e).__name__}: {e}") from e
+    answer = engine.chat(payload)
     wall = time.perf_counter() - start
-    if response.status_code != 200:
-        raise ServerError(error_message(response))
-    answer = response.json()
     usage = answer.get("usage") or {}
     timings = answer.get("timings") or {}
     failure, message = judge(kind, answer)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from llm_bench.engines.completion import Completion, CompletionRequest
 from llm_bench.engines.metrics import PrefixCacheCounters, SpecCounters
@@ -55,6 +55,24 @@ class Engine(Protocol):
         ...
 
     def server_build(self) -> str | None: ...
+
+    def preset_args(self) -> dict[str, list[str]]:
+        """Each preset's server arguments as the server reports them, without loading anything;
+        empty where the server has no presets (an OpenAI server)."""
+        ...
+
+    def model_props(self, alias: str) -> dict[str, Any] | None:
+        """What the server says of a loaded model (llama.cpp's /props: chat template, modalities);
+        None where it says nothing."""
+        ...
+
+    def chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        """One non-streamed chat completion with this exact body; the server's error as a ServerError."""
+        ...
+
+    def auth_headers(self) -> dict[str, str]:
+        """The headers a side connection to the server (an event stream) needs."""
+        ...
 
     def spec_counters(self, alias: str) -> SpecCounters | None: ...
 

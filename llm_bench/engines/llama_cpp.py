@@ -3,6 +3,8 @@ speed and drafting come from the server's own per-request ``timings``."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from llm_bench.engines.client import DEFAULT_STREAMS, RouterClient, StatusWatcher
 from llm_bench.engines.completion import Completion, CompletionRequest, parse_completion
 from llm_bench.engines.metrics import PrefixCacheCounters, SpecCounters
@@ -61,6 +63,18 @@ class LlamaCppEngine:
 
     def server_build(self) -> str | None:
         return self.client.props().get("build_info")
+
+    def preset_args(self) -> dict[str, list[str]]:
+        return {m.id: list(m.args) for m in self.client.models()}
+
+    def model_props(self, alias: str) -> dict[str, Any] | None:
+        return self.client.props(alias)
+
+    def chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.client.post_json("/v1/chat/completions", body)
+
+    def auth_headers(self) -> dict[str, str]:
+        return dict(self.client.http.headers)
 
     def spec_counters(self, alias: str) -> SpecCounters | None:
         return None  # per-request timings carry draft_n / draft_n_accepted instead

@@ -6,6 +6,8 @@ Prometheus ``/metrics`` counters where the server has them.
 
 from __future__ import annotations
 
+from typing import Any
+
 import uuid
 
 import httpx
@@ -74,6 +76,18 @@ class OpenAIEngine:
 
     def server_build(self) -> str | None:
         return None
+
+    def preset_args(self) -> dict[str, list[str]]:
+        return {}
+
+    def model_props(self, model: str) -> dict[str, Any] | None:
+        return None  # the OpenAI API reports no model capabilities
+
+    def chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.client.post_json("/v1/chat/completions", body)
+
+    def auth_headers(self) -> dict[str, str]:
+        return dict(self.client.http.headers)
 
     def metrics_text(self) -> str | None:
         """The Prometheus text at the metrics URL; None where the server has none."""
