@@ -46,7 +46,7 @@ DEFAULTS = DoctorSettings()
 @click.option("--model-bytes", type=int, help="Bytes read per token for the roofline (default: the model file size).")
 @click.option("--max-tokens", type=int, default=DEFAULTS.max_tokens, show_default=True,
               help="Tokens per probe request.")
-def doctor(url, engine, api_key_file, api_key_env, metrics_url, aliases, log_file, log_command, vllm_cmdline,
+def doctor(url, engine, api_key_file, api_key_env, metrics_url, metrics_key, aliases, log_file, log_command, vllm_cmdline,
            config_files, kernel_log, kernel_log_command, since, build,
            vram_threshold_mib, power_floor_w, roofline_min, model_bytes, max_tokens) -> None:
     """Check a server and this machine for the traps that silently ruin benchmark numbers.
@@ -58,7 +58,7 @@ def doctor(url, engine, api_key_file, api_key_env, metrics_url, aliases, log_fil
                               since.astimezone() if since else None, build)
     source = (LogSource(file=log_file) if log_file else LogSource(command=log_command) if log_command
               else LogSource.journal() if journal_available() else None)
-    server = open_server(url, engine, api_key_file, api_key_env, metrics_url)
+    server = open_server(url, engine, api_key_file, api_key_env, metrics_url, metrics_key)
     try:
         with Nvml() as nvml:
             findings = diagnose(server, nvml, source, settings, log)

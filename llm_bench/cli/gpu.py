@@ -59,7 +59,7 @@ def _parse_limits(values: tuple[str, ...]) -> list[float]:
               show_default=True)
 @click.option("--chart", "chart_path", type=click.Path(dir_okay=False, path_type=Path), help="Draw the sweep (.png/.svg).")
 @click.option("--show", is_flag=True, help="Only print each GPU's power limit and range; change nothing.")
-def power(limits, gpus, url, engine, api_key_file, api_key_env, metrics_url, alias, runs, max_tokens, prompt_name, settle_s, output_dir, chart_path,
+def power(limits, gpus, url, engine, api_key_file, api_key_env, metrics_url, metrics_key, alias, runs, max_tokens, prompt_name, settle_s, output_dir, chart_path,
           show) -> None:
     """Sweep GPU power limits, measuring decode t/s, tokens per joule and temperature at each.
 
@@ -83,7 +83,7 @@ def power(limits, gpus, url, engine, api_key_file, api_key_env, metrics_url, ali
         except ValueError as e:
             raise click.BadParameter(f"GPU indexes are whole numbers ({e})", param_hint="--gpu") from e
         url = url or DEFAULT_URL
-        server = open_server(url, engine, api_key_file, api_key_env, metrics_url)
+        server = open_server(url, engine, api_key_file, api_key_env, metrics_url, metrics_key)
         try:
             model = alias or select_models(server, ())[0]
             if alias:

@@ -64,6 +64,8 @@ def server_options(f):
                      help="Read a Bearer API key from this file's first line (never written to results or logs)."),
         click.option("--api-key-env", help="Read a Bearer API key from this environment variable."),
         click.option("--metrics-url", help="Prometheus metrics of an OpenAI engine (default: URL/metrics)."),
+        click.option("--metrics-key", is_flag=True, default=None,
+                     help="Send the API key to a --metrics-url on another host too (on the server's own it always goes)."),
     ])
 
 
@@ -146,11 +148,12 @@ def apply_protocol_flags(protocol: Protocol, flags: dict[str, Any]) -> Protocol:
 
 
 def open_server(url: str | None, engine: str | None, api_key_file: Path | None, api_key_env: str | None,
-                metrics_url: str | None, timeout: float = DEFAULTS.request_timeout_s) -> Engine:
+                metrics_url: str | None, metrics_key: bool | None = None,
+                timeout: float = DEFAULTS.request_timeout_s) -> Engine:
     """The engine the server options name, with its key read; a key that cannot be read is a usage error."""
     try:
         key = (api_key_source(api_key_file, api_key_env) or ApiKeySource()).read()
     except PlanError as e:
         raise CouldNotRun(str(e)) from e
     return open_engine(engine or "llama-cpp", url or DEFAULT_URL, timeout=timeout, api_key=key,
-                       metrics_url=metrics_url)
+                       metrics_url=metrics_url, metrics_key=bool(metrics_key))

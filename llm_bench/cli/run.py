@@ -18,8 +18,6 @@ from llm_bench.runner import RunAborted, run_plan
 @click.command()
 @server_options
 @click.option("--plan", "plan_file", type=click.Path(dir_okay=False, path_type=Path), help="TOML plan file.")
-@click.option("--metrics-key", is_flag=True, default=None,
-              help="Send the API key to a --metrics-url on another host too (on the server's own it always goes).")
 @list_option("--alias", "aliases", help="Presets to measure (default: every preset the server lists).")
 @click.option("--label", help="Free-form label stored with the results, e.g. the engine or specialisation.")
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), help="Folder for results files.")

@@ -59,7 +59,7 @@ def restart_watches(server, unit: str | None, container: str | None) -> list[Res
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True)
 @click.option("--chart", "chart_path", type=click.Path(dir_okay=False, path_type=Path))
-def soak(url, engine, api_key_file, api_key_env, metrics_url, alias, duration_s, max_requests, max_tokens, burst,
+def soak(url, engine, api_key_file, api_key_env, metrics_url, metrics_key, alias, duration_s, max_requests, max_tokens, burst,
          long_tokens, mix, unit, container, kernel_log, kernel_log_command, timeout_s, max_failures, output_dir,
          chart_path) -> None:
     """Bounded mixed traffic (prose, code, JSON, long prompts, concurrent streams, tool calls, thinking, images):
@@ -72,7 +72,7 @@ def soak(url, engine, api_key_file, api_key_env, metrics_url, alias, duration_s,
         settings.check()
     except ValueError as e:
         raise click.BadParameter(str(e)) from e
-    server = open_server(url, engine, api_key_file, api_key_env, metrics_url, timeout_s)
+    server = open_server(url, engine, api_key_file, api_key_env, metrics_url, metrics_key, timeout_s)
     try:
         with Nvml() as nvml:
             try:
