@@ -11,6 +11,7 @@ import importlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -264,14 +265,18 @@ class Nvml:
                 raise
             return None
 
+    def _handles(self) -> Iterator[tuple[int, Any]]:
+        """Every GPU's index and NVML handle; none without NVML."""
+        if not self.available:
+            return
+        for i in range(self._lib.nvmlDeviceGetCount()):
+            yield i, self._handle(i)
+
     def sample(self) -> list[GpuSample]:
         """One reading of every GPU: memory, power (W), energy counter (J), clocks, temperature."""
-        if not self.available:
-            return []
         lib = self._lib
         out = []
-        for i in range(lib.nvmlDeviceGetCount()):
-            h = self._handle(i)
+        for i, h in self._handles():
             memory = self._optional("nvmlDeviceGetMemoryInfo", h)
             power = self._optional("nvmlDeviceGetPowerUsage", h)
             energy = self._optional("nvmlDeviceGetTotalEnergyConsumption", h)
@@ -288,12 +293,9 @@ class Nvml:
 
     def details(self) -> list[dict[str, Any]]:
         """Static facts per GPU for provenance and the roofline; unsupported facts are left out."""
-        if not self.available:
-            return []
         lib = self._lib
         out = []
-        for i in range(lib.nvmlDeviceGetCount()):
-            h = self._handle(i)
+        for i, h in self._handles():
             memory = self._optional("nvmlDeviceGetMemoryInfo", h)
             limits = self.power_limits(i)
             facts = {
