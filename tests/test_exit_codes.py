@@ -8,7 +8,7 @@ import importlib
 from click.testing import CliRunner
 
 from llm_bench.cli import main
-from llm_bench.cli.exits import ABORTED, COULD_NOT_RUN, INTERRUPTED, RAN_WITH_FAILURES
+from llm_bench.cli.exits import ABORTED, COULD_NOT_RUN, INTERRUPTED
 from llm_bench.results import load_results
 from llm_bench.testbed.router import free_port
 
@@ -38,12 +38,12 @@ def test_server_going_away_partway_exits_3_with_the_measured_alias_saved(router_
     assert first.alias == "tiny-plain" and first.runs
 
 
-def test_could_not_run_and_ran_with_failures_are_told_apart(tmp_path):
+def test_could_not_run_exits_2_without_a_results_file(tmp_path):
+    # 'ran, some configurations failed' (exit 1) is proven on a real load failure in test_run_router.py
     unreachable = CliRunner().invoke(main, ["run", "--url", f"http://127.0.0.1:{free_port()}",
                                             "--output-dir", str(tmp_path)])
     assert unreachable.exit_code == COULD_NOT_RUN == 2
     assert not list(tmp_path.glob("*.toml"))  # nothing was measured, so no results file
-    assert RAN_WITH_FAILURES == 1
 
 
 def test_ctrl_c_exits_130_with_the_finished_alias_saved(router_factory, bed, tmp_path, monkeypatch):

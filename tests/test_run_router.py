@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 import llm_bench.engines.client as client_module
 from llm_bench.cli import main
+from llm_bench.cli.exits import RAN_WITH_FAILURES
 from llm_bench.demo import DRAFT_MAX, SYNTH_LEN
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.plan import Plan, Protocol
@@ -178,7 +179,7 @@ def test_load_failure_is_recorded_and_the_run_goes_on(router_factory, bed, tmp_p
     router = router_factory(ini)
     result = invoke("run", "--url", router.url, "--output-dir", str(tmp_path / "out"),
                     "--max-tokens", "16", "--runs", "1")
-    assert result.exit_code == 1
+    assert result.exit_code == RAN_WITH_FAILURES == 1
     assert "some aliases failed" in result.output
     (path,) = (tmp_path / "out").glob("*.toml")
     records = {a.alias: a for a in load_results(path).aliases}
