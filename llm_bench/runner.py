@@ -106,6 +106,11 @@ def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, lo
         failed.errors.append(str(e))
         records.append(failed)
         log(f"  FAILED: {e}")
+    except Exception as e:  # noqa: BLE001 - a bug of ours must not cost the runs already measured
+        failed = derive(base, workload=workload)
+        failed.errors.append(f"llm-bench failed unexpectedly ({type(e).__name__}: {e}); please report this")
+        records.append(failed)
+        log(f"  FAILED: {failed.errors[-1]}")
     finally:
         if protocol.unload_after:
             unloaded = _release(engine, alias, records or [base], log)

@@ -53,8 +53,9 @@ def test_streams_of_a_batch_overlap(router_factory, bed):
     finally:
         engine.close()
     assert errors == [] and len(measurements) == 8
-    # every request was on its way before the first token of any came back
-    assert max(m.sent_at for m in measurements) < min(m.first_token_at for m in measurements)
+    # every request was written to its connection before the first token of any came back
+    assert all(m.written_at is not None for m in measurements)
+    assert max(m.written_at for m in measurements) < min(m.first_token_at for m in measurements)
 
 
 def test_128_streams_are_not_queued_by_the_client(router_factory, bed):
@@ -99,7 +100,8 @@ def test_a_failed_request_is_recorded_and_totals_count_only_measured_streams(rou
     finally:
         engine.close()
     assert len(record.runs) == 7  # 2 batches of 4, one request failed
-    assert [r.batch for r in record.runs].count(1) + [r.batch for r in record.runs].count(2) == 7
+    batches = sorted([r.batch for r in record.runs].count(b) for b in (1, 2))
+    assert batches == [3, 4]  # the broken request's batch kept its other three streams
     (error,) = record.errors
     assert "ValueError: not a ServerError" in error and error.startswith("batch 1, request ")
     assert any("1 of 4 requests failed; its total t/s counts only the 3 streams measured" in w

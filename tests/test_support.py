@@ -42,11 +42,15 @@ def test_fan_out_keeps_every_outcome_in_order_whatever_was_raised() -> None:
     def boom():
         raise ValueError("malformed JSON")
 
-    outcomes, wall = fan_out([ok(1), boom, ok(3), lambda: 1 / 0])
-    assert [o.ok for o in outcomes] == [True, False, True, False]
+    def slow():
+        time.sleep(0.05)
+        return "slow"
+
+    outcomes, wall = fan_out([ok(1), boom, ok(3), lambda: 1 / 0, slow])
+    assert [o.ok for o in outcomes] == [True, False, True, False, True]
     assert outcomes[0].value == 10 and outcomes[2].value == 30
     assert isinstance(outcomes[1].error, ValueError) and isinstance(outcomes[3].error, ZeroDivisionError)
-    assert wall >= 0
+    assert outcomes[4].value == "slow" and 0.05 <= wall < 5  # the wall time covers the slowest call
 
 
 def test_fan_out_runs_the_calls_at_the_same_time() -> None:
