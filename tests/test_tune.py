@@ -11,7 +11,8 @@ from llm_bench.tune.adopt import nix_snippet, remeasure_command
 from llm_bench.tune.grid import expand, parse_axis
 from llm_bench.tune.plan import TunePlan, tune_plan_from_mapping, with_flags
 from llm_bench.tune.report import pareto_front
-from llm_bench.tune.serve import ServeError, load_errors, render_ini
+from llm_bench.testbed.presets import PresetError, render_presets_ini
+from llm_bench.tune.serve import ServeError, free_main, load_errors, render_ini, restore_main
 from llm_bench.plan import Protocol
 
 SPEC = [{"name": "none", "spec-type": "none"},
@@ -73,6 +74,151 @@ def test_ini_has_no_version_line_and_refuses_what_it_cannot_hold() -> None:
         render_ini({"a": {"model": "/m;x.gguf"}})
 
 
+def test_the_one_presets_renderer_puts_star_first_and_refuses_what_breaks_the_ini() -> None:
+    text = render_presets_ini({"b": {"model": "/b.gguf"}, "*": {"ctx-size": 512}, "a": {"flash-attn": False}})
+    assert text == "[*]\nctx-size = 512\n\n[b]\nmodel = /b.gguf\n\n[a]\nflash-attn = false\n"
+    assert "version" not in text
+    for bad in ({"a": {"model": "/m#x.gguf"}}, {"a": {"model": "/m\nx"}}, {"a]": {}}, {" a": {}}, {"": {}},
+                {"a": {"k=v": 1}}, {"a": {"x": None}}):
+        with pytest.raises(PresetError):
+            render_presets_ini(bad)  # type: ignore[arg-type]
+
+
+class _KeyedRouter:
+    """A router guarded by --api-key: 401 without the key; one model that unloads and loads again."""
+
+    def __init__(self, key: str) -> None:
+        import http.server
+        import json
+        import threading
+
+        self.status = {"m": "loaded"}
+        self.calls: list[str] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *_args) -> None:
+                pass
+
+            def _send(self, code: int, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _authorised(self) -> bool:
+                if self.headers.get("Authorization") == f"Bearer {key}":
+                    return True
+                self._send(401, {"error": {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}})
+                return False
+
+            def do_GET(self) -> None:
+                if self._authorised():
+                    self._send(200, {"data": [{"id": k, "status": {"value": v}} for k, v in outer.status.items()]})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                if self._authorised():
+                    action = self.path.rsplit("/", 1)[-1]
+                    outer.calls.append(f"{action} {body['model']}")
+                    outer.status[body["model"]] = "unloaded" if action == "unload" else "loaded"
+                    self._send(200, {"success": True})
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_keyed_main_router_is_freed_and_restored_with_its_key() -> None:
+    router = _KeyedRouter("s3cret")
+    try:
+        messages: list[str] = []
+        main = free_main(router.url, messages.append, api_key="s3cret")
+        assert main.unloaded == ["m"] and router.status == {"m": "unloaded"}
+        restore_main(main, messages.append, timeout=5, api_key="s3cret")
+        assert router.status == {"m": "loaded"} and router.calls == ["unload m", "load m"]
+        assert not any("s3cret" in m for m in messages)
+        # Without the key the router still answers (401): freeing it fails loudly instead of
+        # reporting "nothing to free" and measuring beside a loaded model.
+        with pytest.raises(ServeError, match="could not free the GPU"):
+            free_main(router.url, messages.append)
+        assert not any("does not answer" in m for m in messages)
+    finally:
+        router.close()
+
+
+def test_a_server_error_after_measurements_are_on_disk_is_aborted_naming_the_file(tmp_path, monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    from llm_bench.cli.tune import tune
+    from llm_bench.engines.errors import ServerError
+    from llm_bench.tune import search
+    from llm_bench.tune.serve import Served
+
+    class Stub:
+        def __init__(self, *_args, **_kwargs) -> None:
+            self.entries = [None]
+            self.control = None
+
+        def screen(self) -> None:
+            raise ServerError("the router said 500")
+
+        def close(self) -> None:
+            pass
+
+    class Probe:
+        def server_build(self):
+            return None
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(search, "Tuner", Stub)
+    monkeypatch.setattr(search, "open_engine", lambda *a, **k: Probe())
+    monkeypatch.setattr(search, "new_meta", lambda *a, **k: {"tune": {}})
+    monkeypatch.setattr(search, "entries_from", lambda *a, **k: [])
+    monkeypatch.setattr(search, "cost_text", lambda *a, **k: "")
+    monkeypatch.setattr(search, "fingerprint", lambda *a, **k: "x")
+
+    class Gpus:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *_exc) -> None:
+            pass
+
+    real_writer = search.ResultsWriter
+
+    def writer(*args, **kwargs):
+        made = real_writer(*args, **kwargs)
+        made.flush()  # as after a measured alias
+        return made
+
+    monkeypatch.setattr(search, "ResultsWriter", writer)
+    plan = TunePlan(output_dir=tmp_path)
+    plan = with_flags(plan, sets=("model=/m.gguf",), url="http://127.0.0.1:9", presets=("a", "b"))
+    with pytest.raises(search.RunAborted, match=r"kept in .*tune") as caught:
+        search.run_search(plan, Served("http://127.0.0.1:9"), lambda _: None, Gpus())
+    assert Path(str(caught.value).split("kept in ")[1].split(":")[0]).exists()
+
+    import sys
+
+    cli_tune = sys.modules["llm_bench.cli.tune"]  # the package's attribute of that name is the command
+
+    def aborted(*_a, **_k):
+        raise search.RunAborted("the tune stopped partway: x; what was measured is kept in /r.toml")
+
+    monkeypatch.setattr(cli_tune, "run_tune", aborted)
+    result = CliRunner().invoke(tune, ["--url", "http://127.0.0.1:9", "--preset", "a,b"])
+    assert result.exit_code == 3 and "/r.toml" in result.output
+
+
 def test_load_errors_are_the_instance_error_lines() -> None:
     log = ("[38397] 0.00.197.183 E llama_init_from_model: quantized V cache requires flash_attn to be enabled\n"
            "0.31.014.618 I srv          load:   --flash-attn\n"
@@ -120,3 +266,32 @@ def test_a_router_left_by_a_killed_tune_is_stopped_and_nothing_else(tmp_path) ->
         for p in (other, left):
             p.kill()
             p.wait()
+
+
+def test_the_api_key_flags_reach_the_tune(tmp_path, monkeypatch) -> None:
+    import sys
+
+    from click.testing import CliRunner
+
+    from llm_bench.cli.tune import tune
+
+    cli_tune = sys.modules["llm_bench.cli.tune"]
+    seen: dict = {}
+
+    def fake_run_tune(plan, log, fresh=False, api_key=None):
+        seen["key"] = api_key
+        raise cli_tune.PlanError("stop here")
+
+    monkeypatch.setattr(cli_tune, "run_tune", fake_run_tune)
+    key_file = tmp_path / "key"
+    key_file.write_text("from-file\n")
+    args = ["--url", "http://127.0.0.1:9", "--preset", "a,b"]
+    result = CliRunner().invoke(tune, [*args, "--api-key-file", str(key_file)])
+    assert result.exit_code == 2 and seen["key"] == "from-file"
+    monkeypatch.setenv("TUNE_TEST_KEY", "from-env")
+    CliRunner().invoke(tune, [*args, "--api-key-env", "TUNE_TEST_KEY"])
+    assert seen["key"] == "from-env"
+    monkeypatch.delenv("TUNE_TEST_KEY")
+    seen.clear()
+    result = CliRunner().invoke(tune, [*args, "--api-key-env", "TUNE_TEST_KEY"])
+    assert result.exit_code == 2 and "key" not in seen  # a key that cannot be read: could not run

@@ -9,9 +9,9 @@ from pathlib import Path
 import click
 
 from llm_bench.cli.exits import Aborted, CouldNotRun, Interrupted
-from llm_bench.cli.options import apply_protocol_flags, list_option, log, protocol_options
+from llm_bench.cli.options import api_key_source, apply_protocol_flags, list_option, log, protocol_options
 from llm_bench.engines.errors import ServerError
-from llm_bench.plan import PlanError
+from llm_bench.plan import ApiKeySource, PlanError
 from llm_bench.runner import RunAborted
 from llm_bench.tune.plan import Budget, QualityGate, TunePlan, load_tune_plan, with_flags
 from llm_bench.tune.serve import ServeError
@@ -37,6 +37,10 @@ def _interrupt(_signum, _frame) -> None:
 @click.option("--control", help="With --url: the control preset (default: the first --preset).")
 @click.option("--main-url", help="The machine's router, whose models are unloaded first and loaded again "
                                  "after ('none' to leave it alone; default http://127.0.0.1:48123).")
+@click.option("--api-key-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Read the machine's router's Bearer API key (for --url and --main-url) from this file's first "
+                   "line (never written to results or logs).")
+@click.option("--api-key-env", help="Read the machine's router's Bearer API key from this environment variable.")
 @click.option("--llama-server", type=click.Path(dir_okay=False, path_type=Path),
               help="llama-server for the temporary router (default: on PATH, else llama-cpp.service's).")
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path),
@@ -53,7 +57,8 @@ def _interrupt(_signum, _frame) -> None:
               help=f"How far recall may fall below the control's (default {QualityGate.max_recall_drop:g}).")
 @click.option("--fresh", is_flag=True, help="Start over instead of resuming from the output folder.")
 @protocol_options
-def tune(plan_file, name, model, sets, axes, url, presets, control, main_url, llama_server, output_dir, finalists,
+def tune(plan_file, name, model, sets, axes, url, presets, control, main_url, api_key_file, api_key_env,
+         llama_server, output_dir, finalists,
          screen_max_tokens, max_rounds, max_requests, max_time_s, min_agreement, max_recall_drop, fresh,
          **flags) -> None:
     """Find the fastest preset that keeps its answers, and print the Nix that adopts it.
@@ -67,6 +72,7 @@ def tune(plan_file, name, model, sets, axes, url, presets, control, main_url, ll
     signal.signal(signal.SIGTERM, _interrupt)
     plan = TunePlan()
     try:
+        key = (api_key_source(api_key_file, api_key_env) or ApiKeySource()).read()
         plan = load_tune_plan(plan_file) if plan_file else plan
         budget = replace(plan.budget, **{k: v for k, v in (("max_rounds", max_rounds), ("max_requests", max_requests),
                                                             ("max_time_s", max_time_s)) if v is not None})
@@ -80,7 +86,7 @@ def tune(plan_file, name, model, sets, axes, url, presets, control, main_url, ll
         )
         if main_url is not None:
             plan = replace(plan, main_url=None if main_url.lower() in ("", "none") else main_url)
-        result = run_tune(plan, log, fresh=fresh)
+        result = run_tune(plan, log, fresh=fresh, api_key=key)
     except (PlanError, ServeError, ServerError) as e:
         raise CouldNotRun(str(e)) from e
     except RunAborted as e:

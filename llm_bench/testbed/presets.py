@@ -1,6 +1,8 @@
-"""Render a llama.cpp router presets INI (``--models-preset``) from Python data.
+"""Render a llama.cpp router presets INI (``--models-preset``) from Python data: the one renderer.
 
-The NixOS module has its own renderer in Nix; this one serves the demo and the tests.
+The NixOS module has its own renderer in Nix; this one serves ``llm-bench tune``, the demo and the
+tests. No ``version`` line: routers built from older llama.cpp read a top-level key as a phantom
+preset. The ``*`` section (global settings) comes first, the others in the order given.
 """
 
 from __future__ import annotations
@@ -10,27 +12,46 @@ from pathlib import Path
 
 Value = str | int | float | bool
 
+# A line break ends the line, and llama.cpp's INI reader takes ';' or '#' as the start of a comment.
+FORBIDDEN = "\n\r;#"
+
+
+class PresetError(ValueError):
+    """A preset name or value the INI cannot hold."""
+
 
 def _value(section: str, key: str, value: Value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float, str, Path)):
         text = str(value)
-        if "\n" in text:
-            raise ValueError(f"preset [{section}] key {key!r}: a value cannot contain a newline")
+        if any(c in text for c in FORBIDDEN):
+            raise PresetError(f"preset {section!r}, key {key!r}: {text!r} holds a line break, ';' or '#'")
         return text
-    raise ValueError(f"preset [{section}] key {key!r}: unsupported value type {type(value).__name__}")
+    raise PresetError(f"preset {section!r}, key {key!r}: unsupported value type {type(value).__name__}")
+
+
+def _check_name(name: str) -> None:
+    if not name or name != name.strip() or any(c in name for c in "]" + FORBIDDEN):
+        raise PresetError(f"preset name {name!r} cannot be empty, hold ']', ';', '#' or a line break, "
+                          "or start/end blank")
+
+
+def _check_key(section: str, key: str) -> None:
+    if not key or key != key.strip() or any(c in key for c in "=[" + FORBIDDEN):
+        raise PresetError(f"preset {section!r}: key {key!r} cannot be empty, hold '=', '[', ';', '#' or a "
+                          "line break, or start/end blank")
 
 
 def render_presets_ini(presets: Mapping[str, Mapping[str, Value]]) -> str:
     """``presets`` maps section name to key/value; the ``*`` section holds global settings."""
-    lines = ["version = 1", ""]
-    ordered = sorted(presets, key=lambda name: (name != "*", name))
+    lines: list[str] = []
+    ordered = [name for name in presets if name == "*"] + [name for name in presets if name != "*"]
     for name in ordered:
-        if "\n" in name or "]" in name or not name:
-            raise ValueError(f"preset name {name!r} cannot be empty or contain ']' or a newline")
+        _check_name(name)
         lines.append(f"[{name}]")
         for key, value in presets[name].items():
+            _check_key(name, key)
             lines.append(f"{key} = {_value(name, key, value)}")
         lines.append("")
     return "\n".join(lines)

@@ -217,7 +217,8 @@ class Tuner:
         used = sum(requests_of(r) + 1 for r in writer.result_set.aliases)
         self.budget = Budget(plan, used)
         p = plan.protocol
-        self.engine = open_engine("llama-cpp", served.url, timeout=p.request_timeout_s, load_timeout=p.load_timeout_s)
+        self.engine = open_engine("llama-cpp", served.url, timeout=p.request_timeout_s, api_key=served.api_key,
+                                  load_timeout=p.load_timeout_s)
 
     def close(self) -> None:
         self.engine.close()
@@ -440,7 +441,7 @@ def run_search(plan: TunePlan, served: Served, log: Log, nvml: Nvml | None = Non
     previous = None if fresh else previous_result(plan.output_dir, print_)
     log(cost_text(plan, len(candidates)))
     with nvml or Nvml() as gpus:
-        probe = open_engine("llama-cpp", served.url, timeout=30.0)
+        probe = open_engine("llama-cpp", served.url, timeout=30.0, api_key=served.api_key)
         try:
             build = probe.server_build()
         except ServerError:
@@ -460,6 +461,11 @@ def run_search(plan: TunePlan, served: Served, log: Log, nvml: Nvml | None = Non
             winner, separated, stop = tuner.rounds(contenders)
             summarise(tuner, winner, separated, stop)
             writer.finish(datetime.now(timezone.utc))
+        except ServerError as e:
+            if not writer.path.exists():
+                raise
+            raise RunAborted(f"the tune stopped partway: {e}; what was measured is kept in {writer.path}: "
+                             "run the same command again to resume") from e
         finally:
             tuner.close()
     return Outcome(entries, tuner.control, winner, separated, stop, writer.path)

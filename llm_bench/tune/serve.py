@@ -14,15 +14,17 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
+
 from llm_bench.engines.client import RouterClient
 from llm_bench.engines.errors import ServerError
-from llm_bench.engines.switch import RouterSide, SwitchError, free_gpu, router_answers
+from llm_bench.support.poll import poll_until
+from llm_bench.testbed.presets import PresetError, render_presets_ini
 from llm_bench.testbed.router import RouterProcess, RouterStartError, start_router
 from llm_bench.tune.grid import Value
 
@@ -35,23 +37,11 @@ class ServeError(RuntimeError):
 
 
 def render_ini(presets: Mapping[str, Mapping[str, Value]]) -> str:
-    """A ``--models-preset`` INI with one self-contained section per preset.
-
-    No ``version`` line and no ``[*]`` section: routers built from older llama.cpp read a top-level
-    key as a phantom preset, and every candidate carries all of its settings.
-    """
-    lines: list[str] = []
-    for name, settings in presets.items():
-        if not name or any(c in name for c in "]\n\r") or name != name.strip():
-            raise ServeError(f"preset name {name!r} cannot be empty, hold ']' or a line break, or start/end blank")
-        lines.append(f"[{name}]")
-        for key, value in settings.items():
-            text = ("true" if value else "false") if isinstance(value, bool) else str(value)
-            if any(c in text for c in "\n\r;#"):
-                raise ServeError(f"preset {name!r}, key {key!r}: {text!r} holds a line break, ';' or '#'")
-            lines.append(f"{key} = {text}")
-        lines.append("")
-    return "\n".join(lines)
+    """The presets INI (the one renderer, :func:`render_presets_ini`); what it cannot hold is a ServeError."""
+    try:
+        return render_presets_ini(presets)
+    except PresetError as e:
+        raise ServeError(str(e)) from e
 
 
 def unit_binary(unit: str = UNIT) -> Path | None:
@@ -90,24 +80,45 @@ class MainRouter:
     unloaded: list[str] = field(default_factory=list)
 
 
-def free_main(url: str | None, log: Log) -> MainRouter:
+def main_answers(url: str, api_key: str | None = None, timeout: float = 5.0) -> bool:
+    """GET /models answers; 401/403 count as answering (a router guarded by --api-key, without our key)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        return httpx.get(f"{url.rstrip('/')}/models", headers=headers, timeout=timeout).status_code in (200, 401, 403)
+    except httpx.HTTPError:
+        return False
+
+
+def free_main(url: str | None, log: Log, api_key: str | None = None, unload_timeout: float = 120.0) -> MainRouter:
+    """Unload every loaded (or loading) model of the machine's router, sending its API key if it has one."""
     if not url:
         return MainRouter(None)
-    if not router_answers(url):
+    if not main_answers(url, api_key):
         log(f"the machine's router at {url} does not answer: nothing to free")
         return MainRouter(url)
+    main = MainRouter(url)
     try:
-        state = free_gpu(RouterSide(url=url, mode="unload"), log)
-    except (SwitchError, ServerError) as e:
+        with RouterClient(url, api_key=api_key, timeout=30.0) as client:
+            busy = [m.id for m in client.models() if m.status in ("loaded", "loading")]
+            for alias in busy:
+                log(f"unloading {alias} from the machine's router")
+                client.unload(alias)
+                main.unloaded.append(alias)
+            for alias in busy:
+                client.wait_for_status(alias, "unloaded", unload_timeout)
+    except ServerError as e:
+        restore_main(main, log, api_key=api_key)
         raise ServeError(f"could not free the GPU: unloading the models of {url} failed: {e}") from e
-    return MainRouter(url, list(state.unloaded))
+    if not busy:
+        log("the machine's router holds no loaded model")
+    return main
 
 
-def restore_main(main: MainRouter, log: Log, timeout: float = 900.0) -> None:
+def restore_main(main: MainRouter, log: Log, timeout: float = 900.0, api_key: str | None = None) -> None:
     """Load again what was unloaded, and wait until the router says it is loaded."""
     if not main.url or not main.unloaded:
         return
-    with RouterClient(main.url, timeout=60.0) as client:
+    with RouterClient(main.url, api_key=api_key, timeout=60.0) as client:
         for alias in main.unloaded:
             log(f"restoring the machine's router: loading {alias} again")
             try:
@@ -124,6 +135,7 @@ class Served:
 
     url: str
     process: RouterProcess | None = None
+    api_key: str | None = field(default=None, repr=False)  # the key of a --url router; ours needs none
     _offset: int = 0
 
     def new_log(self) -> str:
@@ -173,23 +185,20 @@ def stop_leftover(pid_file: Path, ini: Path, log: Log) -> None:
             os.killpg(pid, sig)
         except ProcessLookupError:
             return
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if not _alive(pid):
-                return
-            time.sleep(0.2)
+        if poll_until(lambda: True if not _alive(pid) else None, timeout=10, interval=0.2):
+            return
 
 
 @contextmanager
 def serving(presets: Mapping[str, Mapping[str, Value]], binary: Path, folder: Path, main_url: str | None,
-            log: Log, extra_args: tuple[str, ...] = ()) -> Iterator[Served]:
+            log: Log, extra_args: tuple[str, ...] = (), main_key: str | None = None) -> Iterator[Served]:
     """A temporary router serving ``presets`` while the machine's router is freed; both restored on exit."""
     folder.mkdir(parents=True, exist_ok=True)
     ini = folder / "tune-presets.ini"
     pid_file = folder / "tune-router.pid"
     stop_leftover(pid_file, ini, log)
     ini.write_text(render_ini(presets))
-    main = free_main(main_url, log)
+    main = free_main(main_url, log, api_key=main_key)
     try:
         try:
             process = start_router(binary, ini, log_path=folder / "tune-router.log", extra_args=extra_args)
@@ -204,4 +213,4 @@ def serving(presets: Mapping[str, Mapping[str, Value]], binary: Path, folder: Pa
             pid_file.unlink(missing_ok=True)
             log("temporary router stopped")
     finally:
-        restore_main(main, log)
+        restore_main(main, log, api_key=main_key)

@@ -87,14 +87,17 @@ def write_html_report(outcome: Outcome, path: Path, log: Log) -> Path | None:
 
 
 def run_tune(plan: TunePlan, log: Log, nvml: Nvml | None = None, fresh: bool = False,
-             router_args: tuple[str, ...] = ()) -> TuneResult:
-    """Serve the grid on a temporary router (or use --url's router), search, and write the outputs."""
+             router_args: tuple[str, ...] = (), api_key: str | None = None) -> TuneResult:
+    """Serve the grid on a temporary router (or use --url's router), search, and write the outputs.
+
+    ``api_key``: the machine's router's key (--url's router, or the one --main-url frees and restores)."""
     candidates = plan.candidates()
     if plan.url is not None:
-        outcome = run_search(plan, Served(plan.url), log, nvml, fresh)
+        outcome = run_search(plan, Served(plan.url, api_key=api_key), log, nvml, fresh)
     else:
         binary = find_llama_server(plan.llama_server)
         presets = {c.name: c.preset for c in candidates}
-        with serving(presets, binary, plan.output_dir, plan.main_url, log, router_args) as served:
+        with serving(presets, binary, plan.output_dir, plan.main_url, log, router_args,
+                     main_key=api_key) as served:
             outcome = run_search(plan, served, log, nvml, fresh)
     return write_outputs(plan, outcome, log)
