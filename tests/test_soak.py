@@ -50,7 +50,9 @@ def test_bounded_by_request_count_with_the_plain_kinds(router, tmp_path):
     assert data["requests_total"] == 9 and data["requests_failed"] == 0 and data["stopped_by"] == "max-requests"
     assert {r["kind"] for r in data["requests"]} == set(PLAIN_KINDS)
     assert sum(r["kind"] == "concurrent" for r in data["requests"]) == 2
-    assert data["ttft_ms"]["p50"] > 0 and data["decode_tps"]["p90"] > 0
+    # 9 requests: p50, and the max in place of p90/p99 (results.min_samples)
+    assert data["ttft_ms"]["p50"] > 0 and data["decode_tps"]["max"] > 0 and data["decode_tps"]["n"] == 9
+    assert "p90" not in data["decode_tps"] and "p99" not in data["ttft_ms"]
     assert {t["metric"] for t in data["trends"]} >= {"decode_tps", "ttft_ms"}
     assert "| TTFT ms |" in result.output and chart.read_bytes()[:4] == b"\x89PNG"
 
@@ -267,3 +269,104 @@ def test_the_image_sent_is_a_real_png():
     assert url.startswith("data:image/png;base64,")
     pixels = image.imread(io.BytesIO(base64.b64decode(url.split(",", 1)[1])), format="png")
     assert pixels.shape[:2] == (32, 32) and pixels[0, 0, 0] == 1.0 and pixels[0, 31, 2] == 1.0
+
+
+def _ok(t_s: float, ttft: float) -> SoakRequest:
+    return SoakRequest(t_s, "prose", True, ttft_ms=ttft, decode_tps=10.0 + t_s, wall_s=1.0)
+
+
+def test_tail_percentiles_follow_the_minimum_sample_rule():
+    few = SoakResult(requests=[_ok(i, 100.0 + i) for i in range(9)])
+    assert few.percentiles("ttft_ms") == {"p50": 104.0, "max": 108.0, "n": 9}
+    assert "| TTFT ms | 104.00 | max 108.00 (n=9) | max 108.00 (n=9) |" in markdown(few)
+    ten = SoakResult(requests=[_ok(i, 100.0 + i) for i in range(10)])
+    p = ten.percentiles("ttft_ms")
+    assert set(p) == {"p50", "p90", "max", "n"} and p["p90"] == pytest.approx(108.1)
+    assert "| TTFT ms | 104.50 | 108.10 | max 109.00 (n=10) |" in markdown(ten)
+    hundred = SoakResult(requests=[_ok(i, float(i)) for i in range(100)])
+    assert set(hundred.percentiles("ttft_ms")) == {"p50", "p90", "p99", "max", "n"}
+    assert SoakResult().percentiles("ttft_ms") == {}
+
+
+class _Broken:
+    """An engine whose every request raises something other than ServerError."""
+
+    kind = "llama-cpp"
+    base_url = "http://127.0.0.1:1"
+
+    def stream(self, request):
+        raise RuntimeError("client bug")
+
+    def chat(self, payload):
+        raise ValueError("bad payload")
+
+    def models(self):
+        return ["m"]
+
+    def auth_headers(self):
+        return {}
+
+    def close(self):
+        pass
+
+
+def test_an_unexpected_error_is_that_requests_failure_not_the_soaks_end():
+    from llm_bench.diagnostics import soak as s
+
+    outcome = run_soak(_Broken(), "m", SoakSettings(30, 4, mix={"prose": 1, "concurrent": 1}))
+    assert len(outcome.requests) == 4 and outcome.stopped_by == "max-requests"
+    assert {(r.failure, r.message) for r in outcome.requests} == {("other", "RuntimeError: client bug")}
+    special = s._special(_Broken(), "m", "tool", SoakSettings(30, 1), 1, None)
+    assert not special.ok and special.failure == "other" and special.message == "ValueError: bad payload"
+
+
+def test_burst_sizes_the_pool_and_must_be_positive(monkeypatch, tmp_path):
+    import llm_bench.cli.options as options
+
+    seen = {}
+
+    def fake_open_engine(kind, url, **kw):
+        seen.update(kw)
+        return _Broken()
+
+    monkeypatch.setattr(options, "open_engine", fake_open_engine)
+    result = soak("--url", "http://127.0.0.1:1", "--alias", "nope", "--duration", "5", "--max-requests", "1",
+                  "--burst", "64", "--output-dir", str(tmp_path))
+    assert seen["streams"] == 64
+    assert result.exit_code == 2 and "nope" in result.output  # an unknown alias: could not run
+    result = soak("--url", "http://127.0.0.1:1", "--duration", "5", "--max-requests", "1", "--burst", "0")
+    assert result.exit_code == 2 and "--burst must be at least 1" in result.output
+
+
+def test_an_unreachable_server_could_not_run(tmp_path):
+    result = soak("--url", f"http://127.0.0.1:{free_port()}", "--duration", "5", "--max-requests", "1",
+                  "--output-dir", str(tmp_path))
+    assert result.exit_code == 2, result.output
+    assert not list(tmp_path.glob("*.toml"))
+
+
+def test_ctrl_c_exits_130_with_what_was_measured_saved(monkeypatch, tmp_path):
+    import llm_bench.cli.options as options
+    import llm_bench.diagnostics.soak as s
+
+    monkeypatch.setattr(options, "open_engine", lambda kind, url, **kw: _Broken())
+
+    def interrupted(engine, model, settings, *, result, checkpoint, **kw):
+        result.requests.append(_ok(0.0, 50.0))
+        checkpoint(result)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(s, "soak", interrupted)
+    result = soak("--url", "http://127.0.0.1:1", "--duration", "5", "--max-requests", "3", "--output-dir", str(tmp_path))
+    assert result.exit_code == 130, result.output
+    saved = tomllib.loads(next(tmp_path.glob("*soak*.toml")).read_text())
+    assert saved["meta"]["complete"] is False and saved["soak"]["requests_total"] == 1
+    assert saved["soak"]["stopped_by"] == "interrupted"
+
+
+def test_timeout_help_names_its_default():
+    from llm_bench.plan import Protocol
+
+    out = CliRunner().invoke(main, ["soak", "--help"]).output
+    assert "Seconds before one request counts as failed" in out
+    assert f"{Protocol().request_timeout_s:g}" in out

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 
-from llm_bench.cli.exits import CouldNotRun
+from llm_bench.cli.exits import CouldNotRun, RanWithFailures
 from llm_bench.cli.options import list_option, log, open_server, server_options
 from llm_bench.diagnostics.doctor import DoctorSettings, diagnose
 from llm_bench.diagnostics.findings import ERROR, WARNING
@@ -72,4 +71,4 @@ def doctor(url, engine, api_key_file, api_key_env, metrics_url, metrics_key, ali
     warnings = [f for f in findings if f.severity == WARNING]
     click.echo(f"{len(errors)} error(s), {len(warnings)} warning(s)")
     if errors:
-        sys.exit(1)
+        raise RanWithFailures(f"{len(errors)} error finding(s)")

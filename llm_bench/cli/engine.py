@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from llm_bench.cli.exits import CouldNotRun
+from llm_bench.cli.exits import CouldNotRun, RanWithFailures
 from llm_bench.cli.options import log
 from llm_bench.engines.errors import ServerError
 from llm_bench.plan import PlanError, read_key_file
@@ -126,7 +126,7 @@ def up(**options) -> None:
     try:
         result = bring_up(engine_side, router, log)
     except (SwitchError, ServerError) as e:
-        raise click.ClickException(str(e)) from e
+        raise RanWithFailures(str(e)) from e
     unloaded = ", ".join(result.router.unloaded) or "none"
     click.echo(f"HyperQwen is serving {result.model!r} at {engine_side.url} "
                f"(ready after {result.ready_after_s:.0f} s; router models unloaded: {unloaded})")
@@ -140,6 +140,6 @@ def down(**options) -> None:
     try:
         tear_down(engine_side, router, log=log)
     except (SwitchError, ServerError) as e:
-        raise click.ClickException(str(e)) from e
+        raise RanWithFailures(str(e)) from e
     click.echo(f"HyperQwen is down; the router at {router.url} answers" if router.mode != "none"
                else "HyperQwen is down")

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from llm_bench.cli.exits import CouldNotRun
-from llm_bench.engines import ENGINES, Engine, open_engine
+from llm_bench.engines import DEFAULT_STREAMS, ENGINES, Engine, open_engine
 from llm_bench.plan import DEFAULT_URL, WORKLOADS, ApiKeySource, PlanError, Protocol, protocol_from_mapping
 
 DEFAULTS = Protocol()
@@ -149,11 +149,12 @@ def apply_protocol_flags(protocol: Protocol, flags: dict[str, Any]) -> Protocol:
 
 def open_server(url: str | None, engine: str | None, api_key_file: Path | None, api_key_env: str | None,
                 metrics_url: str | None, metrics_key: bool | None = None,
-                timeout: float = DEFAULTS.request_timeout_s) -> Engine:
-    """The engine the server options name, with its key read; a key that cannot be read is a usage error."""
+                timeout: float = DEFAULTS.request_timeout_s, streams: int = DEFAULT_STREAMS) -> Engine:
+    """The engine the server options name, with its key read; a key that cannot be read is a usage error.
+    ``streams``: the most simultaneous streams the caller opens (the connection pool's size)."""
     try:
         key = (api_key_source(api_key_file, api_key_env) or ApiKeySource()).read()
     except PlanError as e:
         raise CouldNotRun(str(e)) from e
     return open_engine(engine or "llama-cpp", url or DEFAULT_URL, timeout=timeout, api_key=key,
-                       metrics_url=metrics_url, metrics_key=bool(metrics_key))
+                       metrics_url=metrics_url, metrics_key=bool(metrics_key), streams=streams)

@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from llm_bench.cli.gpu import run_meta
-from llm_bench.cli.options import log, open_server, server_options
+from llm_bench.cli.exits import CouldNotRun, Interrupted, RanWithFailures
+from llm_bench.cli.options import DEFAULTS, default_of, log, open_server, server_options
 from llm_bench.diagnostics import soak as s
 from llm_bench.diagnostics.gpu_errors import GpuErrorWatch, KernelLog
 from llm_bench.diagnostics.restarts import (
@@ -54,7 +55,8 @@ def restart_watches(server, unit: str | None, container: str | None) -> list[Res
 @click.option("--kernel-log", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A file of kernel log lines to watch for new Xid lines (default: journalctl -k, else dmesg).")
 @click.option("--kernel-log-command", help="A shell command printing kernel log lines.")
-@click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True)
+@click.option("--timeout", "timeout_s", type=float, default=DEFAULTS.request_timeout_s,
+              help=f"Seconds before one request counts as failed (default {default_of('request_timeout_s')}).")
 @click.option("--max-failures", type=int, default=0, show_default=True, help="Exit 1 above this many failures.")
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True)
@@ -72,15 +74,16 @@ def soak(url, engine, api_key_file, api_key_env, metrics_url, metrics_key, alias
         settings.check()
     except ValueError as e:
         raise click.BadParameter(str(e)) from e
-    server = open_server(url, engine, api_key_file, api_key_env, metrics_url, metrics_key, timeout_s)
+    path = None
+    server = open_server(url, engine, api_key_file, api_key_env, metrics_url, metrics_key, timeout_s, streams=burst)
     try:
         with Nvml() as nvml:
             try:
                 model = alias or select_models(server, ())[0]
                 if alias:
                     select_models(server, (alias,))
-            except ServerError as e:
-                raise click.ClickException(str(e)) from e
+            except ServerError as e:  # unreachable, or the alias is not listed: nothing was measured
+                raise CouldNotRun(str(e)) from e
             log(f"Soaking {model} at {url} for at most {duration_s:.0f} s / {max_requests} requests (mix {mix})")
             meta = run_meta("soak", url, nvml) | {"alias": model, "max_tokens": max_tokens, "complete": False}
             path = reserve_path(output_dir, results_stem(datetime.now(timezone.utc), f"soak-{model}"))
@@ -91,8 +94,13 @@ def soak(url, engine, api_key_file, api_key_env, metrics_url, metrics_key, alias
                        gpu_errors=GpuErrorWatch(nvml, KernelLog(kernel_log, kernel_log_command)), log=log,
                        result=result, checkpoint=lambda r: write_toml(path, {"meta": meta, "soak": r.to_toml()}))
                 meta["complete"] = True
+            except KeyboardInterrupt:
+                result.stopped_by = "interrupted"
+                raise
             finally:  # Ctrl-C or a crash: what was measured stays on disk, marked incomplete
                 write_toml(path, {"meta": meta, "soak": result.to_toml()})
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted; what was measured is in {path}" if path else "interrupted") from None
     finally:
         server.close()
     log(f"Results written to {path}")
@@ -105,4 +113,4 @@ def soak(url, engine, api_key_file, api_key_env, metrics_url, metrics_key, alias
         + ([f"{result.restart_count} server restart(s)"] if result.restart_count else []) \
         + ([f"{result.gpu_error_count} new GPU error(s)"] if result.gpu_error_count else [])
     if problems:
-        raise click.ClickException("; ".join(problems))
+        raise RanWithFailures("; ".join(problems))

@@ -35,7 +35,7 @@ from llm_bench.engines.errors import ServerError, ServerUnreachable
 from llm_bench.engines.stream import ChatRequest
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.plan import shipped_prompt
-from llm_bench.results import percentile
+from llm_bench.results import Tail, min_samples, percentile
 from llm_bench.support.fanout import fan_out
 from llm_bench.support.plotting import figure
 from llm_bench.workloads.common import long_prompt, run_record
@@ -148,9 +148,19 @@ class SoakResult:
             counts[r.kind] = counts.get(r.kind, 0) + 1
         return counts
 
+    def tails(self, metric: str) -> dict[int, Tail]:
+        """p50, p90, p99 of the successful requests, each only where the samples are enough for it
+        (results.min_samples: p90 needs 10, p99 100); else the max, labelled "max"."""
+        values = [getattr(r, metric) for r in self.requests if r.ok and getattr(r, metric) is not None]
+        return {q: tail_of(values, q) for q in (50, 90, 99)} if values else {}
+
     def percentiles(self, metric: str) -> dict[str, float]:
-        values = sorted(getattr(r, metric) for r in self.requests if r.ok and getattr(r, metric) is not None)
-        return {f"p{q}": percentile(values, q) for q in (50, 90, 99)} if values else {}
+        """What the results file keeps: the percentiles the samples are enough for, the max and n."""
+        tails = self.tails(metric)
+        if not tails:
+            return {}
+        out: dict[str, Any] = {t.label: t.value for t in tails.values() if t.label != "max"}
+        return out | {"max": max(t.value for t in tails.values()), "n": tails[50].samples}
 
     def to_toml(self) -> dict[str, Any]:
         return {
@@ -166,6 +176,17 @@ class SoakResult:
             "trends": [t.to_toml() for t in self.trends], "warnings": self.warnings,
             "requests": [r.to_toml() for r in self.requests],
         }
+
+
+def tail_of(values: Sequence[float], q: int) -> Tail:
+    """The q-th percentile by the rule in results (min_samples), else the max so labelled."""
+    if len(values) >= min_samples(q):
+        return Tail(percentile(list(values), q), f"p{q:g}", len(values))
+    return Tail(max(values), "max", len(values))
+
+
+def tail_cell(tail: Tail) -> str:
+    return f"{tail.value:.2f}" if tail.label != "max" else f"max {tail.value:.2f} (n={tail.samples})"
 
 
 def classify(error: ServerError) -> str:
@@ -239,6 +260,8 @@ class SoakSettings:
     def check(self) -> None:
         if self.duration_s <= 0 or self.max_requests < 1:
             raise ValueError("a soak needs a positive --duration and --max-requests of at least 1")
+        if self.concurrency < 1:
+            raise ValueError(f"--burst must be at least 1 (streams in each concurrent burst; got {self.concurrency})")
 
 
 def soak(engine: Engine, model: str, settings: SoakSettings, *, nvml: Nvml | None = None,
@@ -325,9 +348,11 @@ def _count_gpu_errors(result: SoakResult, watch: GpuErrorWatch, nvml: Nvml | Non
 def _one(engine: Engine, request: ChatRequest) -> SoakRequest:
     try:
         m = engine.stream(request)
+        run = run_record(m, engine.kind)
     except ServerError as e:
         return SoakRequest(0.0, "", False, failure=classify(e), message=str(e)[:300])
-    run = run_record(m, engine.kind)
+    except Exception as e:  # noqa: BLE001 - any other error is this request's failure, not the soak's end
+        return SoakRequest(0.0, "", False, failure="other", message=f"{type(e).__name__}: {e}"[:300])
     if run.finish_reason != "length":
         return SoakRequest(0.0, "", False, run.ttft_ms, run.decode_tps, run.output_tokens, run.wall_s,
                            failure="length", message=f"stopped on {run.finish_reason!r} after {run.output_tokens}")
@@ -340,6 +365,8 @@ def _special(engine: Engine, model: str, kind: str, settings: SoakSettings, seed
         reply = send(engine, kind, model, settings.max_tokens, settings.temperature, seed)
     except ServerError as e:
         return SoakRequest(0.0, kind, False, failure=classify(e), message=str(e)[:300])
+    except Exception as e:  # noqa: BLE001 - any other error is this request's failure, not the soak's end
+        return SoakRequest(0.0, kind, False, failure="other", message=f"{type(e).__name__}: {e}"[:300])
     message = None if reply.message is None else reply.message + (caps.note(kind) if caps else "")
     return SoakRequest(0.0, kind, reply.ok, None, reply.decode_tps, reply.output_tokens, reply.wall_s,
                        failure=reply.failure, message=message)
@@ -405,9 +432,9 @@ def markdown(result: SoakResult) -> str:
     lines += [f"Not watched: {u}" for u in result.unwatched]
     lines += ["", "| Metric | p50 | p90 | p99 |", "|---|---|---|---|"]
     for metric, label in (("ttft_ms", "TTFT ms"), ("decode_tps", "Decode t/s"), ("wall_s", "Latency s")):
-        p = result.percentiles(metric)
+        p = result.tails(metric)
         if p:
-            lines.append(f"| {label} | {p['p50']:.2f} | {p['p90']:.2f} | {p['p99']:.2f} |")
+            lines.append(f"| {label} | " + " | ".join(tail_cell(p[q]) for q in (50, 90, 99)) + " |")
     if result.trends:
         lines += ["", "| Drift | slope per min | R^2 | first | last |", "|---|---|---|---|---|"]
         lines += [f"| {t.metric} | {t.slope_per_min:+.3f} | {t.r2:.2f} | {t.first:.1f} | {t.last:.1f} |"
