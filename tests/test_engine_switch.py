@@ -303,3 +303,20 @@ def test_api_key_sources(tmp_path, monkeypatch) -> None:
     key_file.write_text("from-file\n")
     assert read_api_key(key_file, env) == "from-file"
     assert read_api_key(None, None) == "from-environment"
+
+
+def test_api_key_env_is_read_like_every_other_command(tmp_path, monkeypatch) -> None:
+    env = tmp_path / ".env"
+    env.write_text("VLLM_API_KEY=from-env-file\n")
+    monkeypatch.setenv("MY_KEY", " from-named-variable \n")
+    monkeypatch.setenv("VLLM_API_KEY", "from-environment")
+    assert read_api_key(None, env, "MY_KEY") == "from-named-variable"
+    monkeypatch.delenv("VLLM_API_KEY")
+    assert read_api_key(None, env) == "from-env-file"  # the compose env file stays the last source
+    monkeypatch.delenv("MY_KEY")
+    result = invoke("engine", "hyperqwen", "up", "--dir", str(tmp_path), "--api-key-env", "MY_KEY",
+                    "--free-gpu", "none", "--ready-timeout", "1")
+    assert result.exit_code == 2 and "MY_KEY" in result.output  # an unreadable key: could not run
+    result = invoke("engine", "hyperqwen", "down", "--dir", str(tmp_path), "--api-key-file", str(tmp_path / "no"),
+                    "--free-gpu", "none")
+    assert result.exit_code == 2 and "cannot read the API key file" in result.output

@@ -321,7 +321,7 @@ def test_an_unexpected_error_is_that_requests_failure_not_the_soaks_end():
 
 
 def test_burst_sizes_the_pool_and_must_be_positive(monkeypatch, tmp_path):
-    import llm_bench.cli.options as options
+    from llm_bench.cli import options
 
     seen = {}
 
@@ -346,7 +346,7 @@ def test_an_unreachable_server_could_not_run(tmp_path):
 
 
 def test_ctrl_c_exits_130_with_what_was_measured_saved(monkeypatch, tmp_path):
-    import llm_bench.cli.options as options
+    from llm_bench.cli import options
     import llm_bench.diagnostics.soak as s
 
     monkeypatch.setattr(options, "open_engine", lambda kind, url, **kw: _Broken())

@@ -8,9 +8,9 @@ from pathlib import Path
 import click
 
 from llm_bench.cli.exits import CouldNotRun, RanWithFailures
-from llm_bench.cli.options import log
+from llm_bench.cli.options import api_key_source, log
 from llm_bench.engines.errors import ServerError
-from llm_bench.plan import PlanError, read_key_file
+from llm_bench.plan import ApiKeySource, PlanError
 from llm_bench.engines.switch import (
     DEFAULT_ROUTER_URL,
     HYPERQWEN_MODEL,
@@ -43,16 +43,17 @@ def key_from_env_file(path: Path) -> str | None:
     return key
 
 
-def read_api_key(path: Path | None, env_file: Path | None = None) -> str | None:
-    """The bearer key: a file's first line, else $VLLM_API_KEY, else VLLM_API_KEY in the
-    compose env file. It goes into the Authorization header only, never into output."""
-    if path is not None:
-        try:
-            return read_key_file(path)
-        except PlanError as e:
-            raise CouldNotRun(str(e)) from e
-    if os.environ.get(API_KEY_ENV):
-        return os.environ[API_KEY_ENV]
+def read_api_key(path: Path | None, env_file: Path | None = None, env: str | None = None) -> str | None:
+    """The bearer key: --api-key-file or --api-key-env, read as every command reads them
+    (plan.ApiKeySource), else $VLLM_API_KEY, else VLLM_API_KEY in the compose env file (the one
+    source only this command has). It goes into the Authorization header only, never into output."""
+    try:
+        source = api_key_source(path, env) or (
+            ApiKeySource(env=API_KEY_ENV) if os.environ.get(API_KEY_ENV, "").strip() else None)
+        if source is not None:
+            return source.read()
+    except PlanError as e:
+        raise CouldNotRun(str(e)) from e
     return key_from_env_file(env_file) if env_file is not None else None
 
 
@@ -74,6 +75,7 @@ def switch_options(f):
                      help="Served model name for the readiness completion ('' = first of /v1/models)."),
         click.option("--api-key-file", type=click.Path(dir_okay=False, path_type=Path),
                      help=f"File holding the bearer key (default: ${API_KEY_ENV}, else {API_KEY_ENV} in the env file)."),
+        click.option("--api-key-env", help="Environment variable holding the bearer key (instead of --api-key-file)."),
         click.option("--router-url", default=DEFAULT_ROUTER_URL, show_default=True, help="The llama.cpp router."),
         click.option("--free-gpu", "free_mode", type=click.Choice(["unload", "service", "none"]), default="unload",
                      show_default=True,
@@ -92,12 +94,12 @@ def switch_options(f):
     return f
 
 
-def build(directory, env_file, override, profile, up_command, down_command, url, model, api_key_file,
+def build(directory, env_file, override, profile, up_command, down_command, url, model, api_key_file, api_key_env,
           router_url, free_mode, stop_command, start_command, ready_timeout_s, router_timeout):
     engine = hyperqwen_engine(
         directory, url=url, model=model or None, env_file=env_file or None, override=override,
         profile=profile, up_command=up_command, down_command=down_command,
-        api_key=read_api_key(api_key_file, Path(directory) / env_file if env_file else None),
+        api_key=read_api_key(api_key_file, Path(directory) / env_file if env_file else None, api_key_env),
         ready_timeout_s=ready_timeout_s,
     )
     router = RouterSide(url=router_url, mode=free_mode, stop_command=stop_command,
