@@ -19,7 +19,9 @@ def bed(smollm2: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_bed_has_every_preset_the_readme_describes(smollm2: Path, bed: Path):
     ini = bed
     parser = configparser.ConfigParser()
-    parser.read_string(ini.read_text().split("\n", 1)[1])  # after "version = 1"
+    text = ini.read_text()
+    assert not text.startswith("version")  # older routers turn such a line into a phantom model
+    parser.read_string(text)
     presets = {name: dict(parser[name]) for name in parser.sections()}
     assert set(presets) == {"*", SMOL_BASELINE, "smol-self-draft", "smol-ngram", "smol-kv-q8", "smol-kv-q4",
                             "smol-random-draft", "smol-synth"}

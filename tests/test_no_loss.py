@@ -39,7 +39,7 @@ def test_router_killed_during_run_3_of_5_keeps_runs_1_and_2(router_factory, bed,
 
 def eight_slots(router_factory, bed, slots: int, ctx: int):
     target = bed.parent / "models" / "tiny-target.gguf"
-    return router_factory(f"version = 1\n\n[tiny]\nmodel = {target}\nctx-size = {ctx}\nparallel = {slots}\n")
+    return router_factory(f"[tiny]\nmodel = {target}\nctx-size = {ctx}\nparallel = {slots}\n")
 
 
 def test_streams_of_a_batch_overlap(router_factory, bed):
