@@ -246,6 +246,7 @@ def test_a_router_left_by_a_killed_tune_is_stopped_and_nothing_else(tmp_path) ->
     import sys
     import time
 
+    from llm_bench.support.poll import poll_until
     from llm_bench.tune.serve import stop_leftover
 
     ini = tmp_path / "tune-presets.ini"
@@ -254,7 +255,12 @@ def test_a_router_left_by_a_killed_tune_is_stopped_and_nothing_else(tmp_path) ->
     argv = [sys.executable, "-c", "import time; time.sleep(60)"]
     other = subprocess.Popen([*argv, "elsewhere.ini"], start_new_session=True)
     left = subprocess.Popen([*argv, str(ini)], start_new_session=True)
+
+    def executed(proc) -> bool | None:  # /proc shows the new command line only once exec has happened
+        return "time.sleep" in Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode(errors="replace") or None
+
     try:
+        assert poll_until(lambda: executed(other) and executed(left), timeout=10, interval=0.02)
         pid_file.write_text(str(other.pid))
         stop_leftover(pid_file, ini, lambda _: None)
         assert other.poll() is None  # a reused pid that is not ours is left alone
