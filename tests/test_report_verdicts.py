@@ -56,8 +56,9 @@ def test_identical_presets_are_within_noise_and_a_larger_model_is_slower(three_p
     # On two cores shared with other test runs (load average 9), what else runs during one load and not during
     # the next still moves one preset's runs against another's by more than the runs within one load show (seen:
     # identical presets 0.89x apart with every run of one below every run of the other); the bed's noise floor is
-    # set to that, where the GPU default is 2 %. The larger model is some twenty times slower.
-    common = [str(path), "--baseline", "tiny-a", "--min-effect", "25%"]
+    # set to that, where the GPU default is 2 % (on an idle CI machine too, identical presets were once 1.30x
+    # apart: a ~1,400 t/s tiny model is at the mercy of scheduling). The larger model is some twenty times slower.
+    common = [str(path), "--baseline", "tiny-a", "--min-effect", "50%"]
     table = invoke("report", *common)
     assert table.exit_code == 0, table.output
     lines = {line.split(" | ")[0].strip("| "): line for line in table.output.splitlines() if line.startswith("| ")}
@@ -69,7 +70,7 @@ def test_identical_presets_are_within_noise_and_a_larger_model_is_slower(three_p
     by_name = {row["configuration"]: row for row in data["main"]}
     assert by_name["tiny-b"]["verdict"] == "within noise"
     assert by_name["tiny-b"]["ratio_low"] <= 1.0 <= by_name["tiny-b"]["ratio_high"] or \
-        abs(by_name["tiny-b"]["ratio"] - 1.0) < 0.25
+        abs(by_name["tiny-b"]["ratio"] - 1.0) < 0.5
     assert by_name["larger"]["verdict"] == "slower"
     assert by_name["larger"]["ratio_high"] < 1.0 and by_name["larger"]["ratio"] < 0.5
     # The speed-up is of the server's own decode rates (timings.predicted_per_second), as recorded per run.
