@@ -7,6 +7,8 @@ TOML has no null: a figure that does not exist is left out, never written as 0.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import math
 import os
 import statistics
@@ -99,6 +101,13 @@ class Summary:
         return cls(statistics.median(present), min(present), max(present))
 
 
+def tail_of(values: Sequence[float], q: float) -> Tail:
+    """The q-th percentile of values where they are enough for it (see min_samples), else their max, so labelled."""
+    if len(values) >= min_samples(q):
+        return Tail(percentile(list(values), q), f"p{q:g}", len(values))
+    return Tail(max(values), "max", len(values))
+
+
 @dataclass
 class AliasRecord:
     """One configuration under one workload: the unit of the results file and of the table."""
@@ -163,11 +172,7 @@ class AliasRecord:
     def tail(self, metric: str, q: float) -> Tail | None:
         """The q-th percentile where the runs are enough for it (see MIN_SAMPLES), else their max, so labelled."""
         values = [v for v in (getattr(run, metric) for run in self.runs) if v is not None]
-        if not values:
-            return None
-        if len(values) >= min_samples(q):
-            return Tail(percentile(values, q), f"p{q:g}", len(values))
-        return Tail(max(values), "max", len(values))
+        return tail_of(values, q) if values else None
 
     def to_toml(self) -> dict[str, Any]:
         record: dict[str, Any] = {"alias": self.alias, "target": self.target, "engine": self.engine,

@@ -35,7 +35,7 @@ from llm_bench.engines.errors import ServerError, ServerUnreachable
 from llm_bench.engines.stream import ChatRequest
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.plan import shipped_prompt
-from llm_bench.results import Tail, min_samples, percentile
+from llm_bench.results import Tail, tail_of
 from llm_bench.support.fanout import fan_out
 from llm_bench.support.plotting import figure
 from llm_bench.workloads.common import long_prompt, run_record
@@ -176,13 +176,6 @@ class SoakResult:
             "trends": [t.to_toml() for t in self.trends], "warnings": self.warnings,
             "requests": [r.to_toml() for r in self.requests],
         }
-
-
-def tail_of(values: Sequence[float], q: int) -> Tail:
-    """The q-th percentile by the rule in results (min_samples), else the max so labelled."""
-    if len(values) >= min_samples(q):
-        return Tail(percentile(list(values), q), f"p{q:g}", len(values))
-    return Tail(max(values), "max", len(values))
 
 
 def tail_cell(tail: Tail) -> str:
