@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import signal
+
 import pytest
 
 from llm_bench.demo import write_demo_bed
@@ -12,6 +14,11 @@ from llm_bench.testbed.llama_server import ensure_llama_server
 from llm_bench.testbed.router import RouterProcess, start_router
 from llm_bench.testbed.smollm2 import ensure_smollm2
 from llm_bench.testbed.tiny_gguf import TinyModelSpec, write_tiny_model
+
+# A shell without job control starts background commands with SIGINT ignored, and an ignored signal
+# stays ignored across exec: the Ctrl-C tests' processes would never see their SIGINT. Processes the
+# tests start inherit the default disposition from here, whoever started pytest.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
