@@ -55,15 +55,48 @@ let
   # An engine's own presets over the base ones, key by key (or alone).
   presetsOf = e: lib.recursiveUpdate (if e.inheritBasePresets then cfg.presets else { }) e.presets;
 
+  pinnedSource = types.submodule {
+    options = {
+      repo = mkOption {
+        type = types.str;
+        example = "unsloth/Qwen3.8-27B-GGUF";
+        description = "The Hugging Face repository.";
+      };
+      file = mkOption {
+        type = types.str;
+        example = "Qwen3.8-27B-UD-Q4_K_XL.gguf";
+        description = "The GGUF file in the repository (the first part, for a split model).";
+      };
+      revision = mkOption {
+        type = types.strMatching "[0-9a-f]{40}";
+        description = "The commit of the repository to download the file from.";
+      };
+    };
+  };
+
   source =
     name: description:
     mkOption {
-      type = types.either types.str types.path;
+      type = types.oneOf [
+        types.str
+        types.path
+        pinnedSource
+      ];
       default = defaults.${name};
+      example = lib.literalExpression ''
+        {
+          repo = "unsloth/Qwen3.8-27B-GGUF";
+          file = "Qwen3.8-27B-UD-Q4_K_XL.gguf";
+          revision = "0123456789abcdef0123456789abcdef01234567";
+        }
+      '';
       description = ''
         ${description} A Hugging Face repository with a quant tag ("owner/repo:QUANT"),
-        downloaded into /var/cache/llama-cpp on first load, or a GGUF file: an absolute path
-        string, or a path value, which is copied to the Nix store.
+        downloaded into /var/lib/llama-cpp on first load from the repository's main branch;
+        a file of a repository pinned to a commit (`{ repo; file; revision; }`, downloaded
+        from that commit with `model-url`; not for a draft model, which llama-server can only
+        take from a repository or a path); or a GGUF file: an absolute path string, or a path
+        value, which is copied to the Nix store.
       '';
     };
 
