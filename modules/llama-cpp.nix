@@ -318,7 +318,8 @@ in
           restartTriggers = lib.optional hasPresets presetsFile;
 
           startLimitBurst = startLimitBurst;
-          startLimitIntervalSec = if builtins.isInt restartSec then (startLimitBurst + 1) * restartSec + 60 else 1800;
+          startLimitIntervalSec =
+            if builtins.isInt restartSec then (startLimitBurst + 1) * restartSec + 60 else 1800;
 
           serviceConfig = {
             # Downloaded models are state, not cache: an administrator may wipe /var/cache,
@@ -350,7 +351,9 @@ in
         ];
         boot.kernelModules = cuda.kernelModules;
         systemd.services.llama-cpp.serviceConfig = {
-          ExecStartPre = "${pkgs.writeShellScript "llama-cpp-require-cuda" (cuda.requireCudaDevice server)}";
+          ExecStartPre = "${pkgs.writeShellScript "llama-cpp-require-cuda" (
+            cuda.requireCudaDevice server
+          )}";
           # nixpkgs' module sets MemoryDenyWriteExecute=true, which CUDA cannot initialise under.
           MemoryDenyWriteExecute = lib.mkForce false;
         };

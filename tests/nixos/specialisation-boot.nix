@@ -1,7 +1,7 @@
 # What a reboot brings back, with systemd-boot under EFI (the reference machine's loader),
 # for each way of switching builds. `nixos-rebuild` is replayed step by step on two
-# generations of the machine, `first` (what the disk image boots) and `next` (the same
-# machine with one more preset, so that the generations differ), exactly as nixos-rebuild runs
+# generations of the machine, `first` (what the disk image boots) and `next` (node `rebuilt`: the
+# same machine with one more preset, so that the generations differ), exactly as nixos-rebuild runs
 # them: `nix-env --set` of the profile, then the toplevel's (or the specialisation's)
 # switch-to-configuration.
 #
@@ -33,7 +33,7 @@ pkgs.testers.runNixOSTest {
   name = "llm-bench-llama-cpp-specialisation-boot";
 
   nodes = {
-    next = {
+    rebuilt = {
       imports = [
         common.machine
         bootLoader
@@ -48,8 +48,9 @@ pkgs.testers.runNixOSTest {
           common.machine
           bootLoader
         ];
-        # `next` is built into this machine's store, as a rebuild would build it.
-        system.extraDependencies = [ nodes.next.system.build.toplevel ];
+        # `rebuilt` (the next generation) is built into this machine's store, as a rebuild
+        # would build it; the test driver never starts it as a machine of its own.
+        system.extraDependencies = [ nodes.rebuilt.system.build.toplevel ];
       };
   };
 
@@ -57,7 +58,7 @@ pkgs.testers.runNixOSTest {
     { nodes, ... }:
     let
       first = nodes.machine.system.build.toplevel;
-      next = nodes.next.system.build.toplevel;
+      next = nodes.rebuilt.system.build.toplevel;
     in
     ''
       import json
@@ -77,7 +78,9 @@ pkgs.testers.runNixOSTest {
       def loader_default():
           conf = machine.succeed("cat /boot/loader/loader.conf")
           print(conf)
-          return next(line.split()[1] for line in conf.splitlines() if line.startswith("default "))
+          # (no builtin next() here: the driver names a global after each node)
+          [default] = [line.split()[1] for line in conf.splitlines() if line.startswith("default ")]
+          return default
 
       def reboot():
           machine.shutdown()
