@@ -53,7 +53,12 @@ let
 in
 {
   imports = [
-    (lib.mkRemovedOptionModule [ "llmBench" "hyperqwen" "unit" "conflictsWith" ] ''
+    (lib.mkRemovedOptionModule [
+      "llmBench"
+      "hyperqwen"
+      "unit"
+      "conflictsWith"
+    ] ''
       hyperqwen.service now runs in a specialisation of its own (llmBench.hyperqwen.unit.specialisation),
       where the llama.cpp router is off: a Conflicts= with llama-cpp.service let every rebuild stop
       a running HyperQwen.
