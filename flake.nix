@@ -4,10 +4,11 @@
   inputs = {
     nixpkgs.url = "github:NixOS/nixpkgs/nixos-unstable";
 
-    # The llamAmpere release (a tag the fork publishes); the package version is read from this
-    # line (pkgs/llamampere-version.nix). After changing the ref, run
-    # `nix flake lock --update-input llamampere`; to try another one without editing, add
-    # `--override-input llamampere <another flake reference>` (README, docs/nixos.md).
+    # The llamAmpere release (a tag the fork publishes). Its lock entry is written by
+    # `nix flake lock` on a machine with the network (after changing the ref:
+    # `nix flake lock --update-input llamampere`); to try another one without editing, add
+    # `--override-input llamampere <another flake reference>` (README, docs/nixos.md). The
+    # package's version and revision come from the input itself (pkgs/llamampere-version.nix).
     llamampere.url = "github:JakeATX/llamAmpere/v0.5.1";
     llamampere.flake = false;
   };
@@ -41,10 +42,16 @@
 
       llamampereVersion =
         (import ./pkgs/llamampere-version.nix {
-          inherit lib;
-          flakeText = builtins.readFile ./flake.nix;
           lastModifiedDate = llamampere.lastModifiedDate or null;
         }).version;
+
+      # The CUDA builds of the engines: hours each, and in no binary cache (nixpkgs' CUDA
+      # llama-cpp is unfree, so cache.nixos.org has it not). Not in `checks`; a CI job builds
+      # `cuda-engines` and pushes it to a cache the machines use.
+      cudaEngines = {
+        llama-cpp-cuda = pkgs.llama-cpp.override { cudaSupport = true; };
+        inherit (self.packages.${system}) llama-cpp-fa86 llamampere;
+      };
 
       # The CPU parts of the checks (see `checks` below).
       cpuChecks =
@@ -58,6 +65,8 @@
               self.nixosModules.default
               {
                 llmBench.cuda = false;
+                llmBench.engines.fa86.enable = true;
+                llmBench.engines.llamampere.enable = true;
                 boot.isContainer = true;
                 system.stateVersion = "25.11";
               }
@@ -71,6 +80,8 @@
             router = import ./tests/nixos/router.nix args;
             # switch-to-configuration test into each specialisation and back.
             specialisation-switch = import ./tests/nixos/specialisation-switch.nix args;
+            # systemd-boot under EFI: which engine runs after a reboot, for each way of switching.
+            specialisation-boot = import ./tests/nixos/specialisation-boot.nix args;
             # Each engine's presets INI, whose build runs check-preset-keys against that engine's
             # own llama-server (the fork's keys against the fork), built without CUDA.
             presets-keys = import ./tests/nixos/presets-keys.nix {
@@ -124,6 +135,9 @@
         };
         check-preset-keys = pkgs.callPackage ./pkgs/check-preset-keys { };
         cpu-checks = cpuChecks;
+        cuda-engines = pkgs.linkFarm "llm-bench-cuda-engines" (
+          lib.mapAttrsToList (name: path: { inherit name path; }) cudaEngines
+        );
         default = self.packages.${system}.llm-bench;
       };
 
@@ -136,13 +150,9 @@
         default = self.apps.${system}.llm-bench;
       };
 
-      # `nix flake check` builds all of these, the CUDA engines included (hours; nothing of
-      # fa86 or llamampere is in a binary cache). `nix build .#cpu-checks -L` builds only the
-      # CPU parts: the VM tests and each engine built without CUDA, its INI checked against it.
-      checks.${system} = cpuChecks.checks // {
-        cuda-llama-cpp-fa86 = self.packages.${system}.llama-cpp-fa86;
-        cuda-llamampere = self.packages.${system}.llamampere;
-      };
+      # The VM tests and each engine built without CUDA, its INI checked against it (also
+      # `nix build .#cpu-checks -L`). The CUDA builds are `packages.cuda-engines`, not checks.
+      checks.${system} = cpuChecks.checks;
 
       devShells.${system}.default = pkgs.mkShell {
         packages = [

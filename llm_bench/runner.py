@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 
 from llm_bench import __version__
 from llm_bench.engines.errors import ServerError, ServerUnreachable
+from llm_bench.diagnostics.evidence import marker_package, read_marker
 from llm_bench.diagnostics.in_run import InRunChecks, before_the_run
 from llm_bench.engines import Engine, open_engine, select_models
 from llm_bench.gpu.nvml import Nvml, VramReading
@@ -149,6 +150,9 @@ def provenance(plan: Plan, engine: Engine, nvml: Nvml, started_at: datetime) -> 
         "engine": engine.kind,
         "server_url": plan.url,
         "server_build": server_build,
+        # the NixOS marker's account of that build, with the source revision a version cannot give
+        "llama_cpp_package": marker_package(read_marker(plan.checks.marker), plan.url)
+        if engine.kind == "llama-cpp" else None,
         "api_key": plan.api_key.describe(),
         "gpu_driver": nvml.driver_version(),
         "gpus": gpus,

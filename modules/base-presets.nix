@@ -3,14 +3,19 @@
 #
 # An engine is a llama.cpp build with the presets it serves: `stock` (nixpkgs' llama-cpp, with
 # CUDA unless `llmBench.cuda` is false) is declared here, `fa86` and `llamampere` by the
-# specialisation modules. `llmBench.default` picks the engine of the base system; every other
-# enabled engine becomes a specialisation (`llm-stock`, `llm-fa86`, `llm-llamampere`). A
+# specialisation modules. `llmBench.default` picks the engine of the base system (the only
+# engine enabled by default); every other engine you enable becomes a specialisation
+# (`llm-stock`, `llm-fa86`, `llm-llamampere`). The specialisations are part of the system
+# that every `nixos-rebuild` builds, so an engine that is not enabled is never built, and an
+# engine that fails to build fails only the rebuilds of a system that enabled it. With
+# services.llama-cpp off there are no specialisations. A
 # specialisation sets only which engine is active: the package and the presets follow from
 # that, and everything a user put in services.llama-cpp (presets, `"*"` settings, port, ...)
 # reaches every specialisation, because the module's own values are all mkDefault.
 #
 # This project's settings of the generic module, each mkDefault: port 48123, models sleep
-# after 300 s idle, the unit may open the NVIDIA device nodes only (with CUDA).
+# after 300 s idle, CUDA (the NVIDIA driver asserted, the unit opens the NVIDIA device nodes
+# only, and refuses to start without a CUDA device) unless `llmBench.cuda` is false.
 {
   config,
   options,
@@ -23,7 +28,6 @@ let
   cfg = config.llmBench;
   inherit (lib) mkOption types;
   inherit (import ./lib/presets-ini.nix { inherit lib; }) presetType yielding;
-  cuda = import ./lib/cuda-unit.nix;
   defaults = import ./presets/models.nix;
 
   presetsType = types.attrsOf presetType;
@@ -38,9 +42,10 @@ let
   # specialisation whose evaluation fails; it is an assertion instead.
   unknownEngines = lib.subtractLists engineNames (lib.attrNames cfg.engines);
 
-  # The enabled engines other than the default, each a specialisation.
-  specialised = lib.filterAttrs (name: e: e.enable && name != cfg.default) (
-    removeAttrs cfg.engines unknownEngines
+  # The enabled engines other than the default, each a specialisation; none when the router is
+  # off (a specialisation would then differ from the base in nothing but its build).
+  specialised = lib.optionalAttrs config.services.llama-cpp.enable (
+    lib.filterAttrs (name: e: e.enable && name != cfg.default) (removeAttrs cfg.engines unknownEngines)
   );
 
   engine =
@@ -50,15 +55,48 @@ let
   # An engine's own presets over the base ones, key by key (or alone).
   presetsOf = e: lib.recursiveUpdate (if e.inheritBasePresets then cfg.presets else { }) e.presets;
 
+  pinnedSource = types.submodule {
+    options = {
+      repo = mkOption {
+        type = types.str;
+        example = "unsloth/Qwen3.8-27B-GGUF";
+        description = "The Hugging Face repository.";
+      };
+      file = mkOption {
+        type = types.str;
+        example = "Qwen3.8-27B-UD-Q4_K_XL.gguf";
+        description = "The GGUF file in the repository (the first part, for a split model).";
+      };
+      revision = mkOption {
+        type = types.strMatching "[0-9a-f]{40}";
+        description = "The commit of the repository to download the file from.";
+      };
+    };
+  };
+
   source =
     name: description:
     mkOption {
-      type = types.either types.str types.path;
+      type = types.oneOf [
+        types.str
+        types.path
+        pinnedSource
+      ];
       default = defaults.${name};
+      example = lib.literalExpression ''
+        {
+          repo = "unsloth/Qwen3.8-27B-GGUF";
+          file = "Qwen3.8-27B-UD-Q4_K_XL.gguf";
+          revision = "0123456789abcdef0123456789abcdef01234567";
+        }
+      '';
       description = ''
         ${description} A Hugging Face repository with a quant tag ("owner/repo:QUANT"),
-        downloaded into /var/cache/llama-cpp on first load, or a GGUF file: an absolute path
-        string, or a path value, which is copied to the Nix store.
+        downloaded into /var/lib/llama-cpp on first load from the repository's main branch;
+        a file of a repository pinned to a commit (`{ repo; file; revision; }`, downloaded
+        from that commit with `model-url`; not for a draft model, which llama-server can only
+        take from a repository or a path); or a GGUF file: an absolute path string, or a path
+        value, which is copied to the Nix store.
       '';
     };
 
@@ -68,11 +106,14 @@ let
       options = {
         enable = mkOption {
           type = types.bool;
-          default = true;
+          default = name == cfg.default;
+          defaultText = lib.literalExpression "<name> == config.llmBench.default";
           description = ''
             Build this engine: as the base system when `llmBench.default` names it, else as
-            the specialisation `specialisation`. Each engine is a llama.cpp build of its own
-            (see docs/nixos.md for what each costs); turn off the ones you do not use.
+            the specialisation `specialisation`. Only the default engine is on unless you turn
+            another on: each is a llama.cpp build of its own (CUDA builds that no binary cache
+            has; docs/nixos.md has what each costs), and every rebuild of the system builds
+            every enabled engine, so one that fails to build fails the rebuild.
           '';
         };
         specialisation = mkOption {
@@ -130,7 +171,9 @@ in
       default = true;
       description = ''
         Build the llama.cpp packages of the engines with CUDA (the reference machine has one
-        RTX 3090). CUDA is unfree: the system's nixpkgs needs
+        RTX 3090), and make the router require the GPU (`services.llama-cpp.cuda`: the NVIDIA
+        driver is asserted, nvidia_uvm loaded at boot, and the unit refuses to start unless
+        llama-server lists a CUDA device). CUDA is unfree: the system's nixpkgs needs
         `nixpkgs.config.allowUnfree = true` (or an allowUnfreePredicate for the CUDA packages).
       '';
     };
@@ -189,7 +232,7 @@ in
       presets = yielding (presetsOf engine);
       port = lib.mkDefault 48123;
       sleepIdleSeconds = lib.mkDefault 300;
-      deviceAllow = lib.mkDefault (if cfg.cuda then cuda.nvidiaDevices else null);
+      cuda = lib.mkDefault cfg.cuda;
     };
 
     specialisation = lib.mapAttrs' (

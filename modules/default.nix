@@ -1,5 +1,5 @@
 # Everything: the router module, the base module with the stock engine, and the fa86 and
-# llamampere engines. The flake's `nixosModules.default` is this plus the llamAmpere source
+# llamampere engines (each off until enabled, or made the default). The flake's `nixosModules.default` is this plus the llamAmpere source
 # from the flake input.
 {
   imports = [

@@ -1,25 +1,30 @@
-# services.llama-cpp: llama.cpp's llama-server, as a single-model server or as a router of
-# model presets.
+# services.llama-cpp, extended with router mode. nixpkgs' own module
+# (nixos/modules/services/misc/llama-cpp.nix, in every NixOS system) stays in charge: it
+# declares `enable`, `package`, `model`, `modelsDir`, `extraFlags`, `host`, `port` and
+# `openFirewall`, writes the unit and its hardening, and builds ExecStart. This module adds
+# options next to those and sets nixpkgs' options (and a few of the unit's settings) from
+# them; it neither replaces nor copies nixpkgs' module, so a change there reaches this one.
 #
-# This replaces nixpkgs' nixos/modules/services/misc/llama-cpp.nix (disabledModules below)
-# and keeps every option it has (enable, package, model, modelsDir, extraFlags, host, port,
-# openFirewall) with nixpkgs' defaults, so configurations written for it keep working: port
-# 8080, no idle sleep, no device restriction (a ROCm or Vulkan package reaches its GPU). This
-# project's choices (port 48123, 300 s idle sleep, the NVIDIA device nodes) are set by the
-# base module, ./base-presets.nix, at mkDefault priority.
+# Router mode: `presets` (and `presetGrids`) are rendered to the INI file passed with
+# `--models-preset` (through nixpkgs' `extraFlags`, as /etc/llama-cpp/presets.ini); models load on the first request that
+# names them and, with `sleepIdleSeconds`, sleep after that long without requests; at most
+# `modelsMax` are loaded at once. nixpkgs' module asserts that `model` or `modelsDir` is set,
+# so with presets `modelsDir` defaults to an empty directory in the store (the router then
+# serves the presets and nothing else; set it to a folder of GGUF files to serve those too).
+# Downloads (`hf-repo`, `model-url`) go to the state directory /var/lib/llama-cpp
+# (LLAMA_CACHE), which every specialisation shares, so switching builds re-downloads nothing.
 #
-# It adds router mode: `presets` (and `presetGrids`) are rendered to the INI file given to
-# `--models-preset`; models load on the first request that names them and, with
-# `sleepIdleSeconds`, sleep after that long without requests; at most `modelsMax` are loaded
-# at once. Downloads (`hf-repo`) go to /var/cache/llama-cpp (LLAMA_CACHE), which every
-# specialisation shares, so switching builds re-downloads nothing. The INI is built by a
-# derivation that runs the package's own `llama-server --help` and refuses keys it does not
-# know (../pkgs/check-preset-keys), so a misspelled key fails the build, not the service.
+# The INI is built by a derivation that runs the package's own `llama-server --help` and
+# refuses preset keys and command-line flags it does not know (../pkgs/check-preset-keys), so
+# a misspelled key, or a fork without `--sleep-idle-seconds`, fails the build, not the
+# service. With `cuda`, the NVIDIA driver is asserted, nvidia_uvm is loaded at boot, the unit
+# may open the NVIDIA devices, and it refuses to start unless `llama-server --list-devices`
+# shows a CUDA device.
 #
 # The rendered INI is also installed as /etc/llama-cpp/presets.ini, next to a marker,
-# /etc/llama-cpp/active.json, that says which specialisation, package and version are active
-# (format: docs/nixos.md). The unit's ExecStart names the INI by its store path, so a change
-# of presets or package changes the unit and `switch-to-configuration` restarts it.
+# /etc/llama-cpp/active.json, that says which specialisation, package, version and source
+# revision are active (format: docs/nixos.md). A change of presets (the unit's restartTriggers)
+# or of package (its ExecStart) changes the unit, so `switch-to-configuration` restarts it.
 #
 # The pure parts (the preset type, INI rendering, checks, grids, command line, marker) are in
 # ./lib/presets-ini.nix.
@@ -32,6 +37,7 @@
 
 let
   cfg = config.services.llama-cpp;
+  unit = config.systemd.services.llama-cpp;
   ini = import ./lib/presets-ini.nix { inherit lib; };
   inherit (ini) presetType;
   cuda = import ./lib/cuda-unit.nix;
@@ -48,14 +54,36 @@ let
   presetNames = ini.presetNames cfg.presets;
   hasPresets = presetNames != [ ];
   routerMode = hasPresets || cfg.modelsDir != null;
-  cacheDir = "/var/cache/llama-cpp";
+  stateDir = "/var/lib/llama-cpp";
+  server = "${cfg.package}/bin/llama-server";
 
   keyChecker = pkgs.callPackage ../pkgs/check-preset-keys { };
 
-  # The INI, checked against the keys this configuration's own llama-server accepts: a
-  # specialisation with another package (a fork with other options) is checked against it.
-  # The checker names the file it reads in its messages, so it reads presets.ini, not the
-  # passAsFile temporary (/build/.attr-0).
+  # The router's own flags, passed through nixpkgs' extraFlags (before the user's). The INI is
+  # named by its /etc path, so that the key check below can read the command line without
+  # depending on its own output; `restartTriggers` restarts the unit when the INI changes.
+  routerFlags = ini.routerArgs {
+    presetsFile = if hasPresets then "/etc/llama-cpp/presets.ini" else null;
+    modelsMax = if routerMode then cfg.modelsMax else null;
+    inherit (cfg) sleepIdleSeconds;
+  };
+
+  # Every flag of the command line nixpkgs' module builds (`--host`, `--port`, `-m`,
+  # `--models-dir`, then extraFlags), for the key check.
+  commandLineFlags = ini.flagsOf (
+    [
+      "--host"
+      "--port"
+    ]
+    ++ lib.optional (cfg.model != null) "-m"
+    ++ lib.optional (cfg.modelsDir != null) "--models-dir"
+    ++ cfg.extraFlags
+  );
+
+  # The INI, checked against the keys and flags this configuration's own llama-server
+  # accepts: a specialisation with another package (a fork with other options) is checked
+  # against it. The checker names the file it reads in its messages, so it reads presets.ini,
+  # not the passAsFile temporary (/build/.attr-0). A few kilobytes of text: built locally.
   presetsFile =
     if cfg.checkPresetKeys then
       pkgs.runCommand "llama-cpp-presets.ini"
@@ -63,36 +91,18 @@ let
           nativeBuildInputs = [ keyChecker ];
           text = cfg.presetsIni;
           passAsFile = [ "text" ];
+          preferLocalBuild = true;
+          allowSubstitutes = false;
         }
         ''
           cp "$textPath" presets.ini
-          check-preset-keys --server ${cfg.package}/bin/llama-server presets.ini
+          check-preset-keys --server ${server} ${
+            lib.concatMapStrings (f: "--flag=${lib.escapeShellArg f} ") commandLineFlags
+          }presets.ini
           cp presets.ini "$out"
         ''
     else
       pkgs.writeText "llama-cpp-presets.ini" cfg.presetsIni;
-
-  serverArgs = ini.serverArgs {
-    inherit (cfg)
-      host
-      port
-      model
-      modelsDir
-      extraFlags
-      sleepIdleSeconds
-      ;
-    presetsFile = if hasPresets then presetsFile else null;
-    modelsMax = if routerMode then cfg.modelsMax else null;
-  };
-
-  deviceAccess =
-    if cfg.deviceAllow != null then
-      cuda.gpuAccess cfg.deviceAllow
-    else
-      removeAttrs (cuda.gpuAccess [ ]) [
-        "DevicePolicy"
-        "DeviceAllow"
-      ];
 
   # A wildcard listen address is reached on the loopback one.
   localHost = if cfg.host == "0.0.0.0" || cfg.host == "::" then "127.0.0.1" else cfg.host;
@@ -102,65 +112,20 @@ let
     packageName = cfg.package.pname or (lib.getName cfg.package);
     packageVersion = cfg.package.version or (lib.getVersion cfg.package);
     packagePath = "${cfg.package}";
+    packageRev = ini.commitOf (cfg.package.src.rev or null);
     presetsFile = if hasPresets then "/etc/llama-cpp/presets.ini" else null;
     url = "http://${localHost}:${toString cfg.port}";
   };
+
+  # A broken engine (a flag or key its llama-server refuses, no GPU) fails at every start;
+  # after `startLimitBurst` failed starts within this interval systemd stops restarting it
+  # ("start-limit-hit"), and the journal holds each start's reason. The interval covers that
+  # many restart delays, so the limit can trip.
+  restartSec = unit.serviceConfig.RestartSec or 0;
+  startLimitBurst = 3;
 in
 {
-  disabledModules = [ "services/misc/llama-cpp.nix" ];
-
   options.services.llama-cpp = {
-    enable = lib.mkEnableOption "LLaMA C++ server (llama.cpp's llama-server, optionally as a router of model presets)";
-
-    package = lib.mkPackageOption pkgs "llama-cpp" { };
-
-    model = mkOption {
-      type = types.nullOr types.path;
-      default = null;
-      example = "/models/mistral-instruct-7b/ggml-model-q4_0.gguf";
-      description = ''
-        Model path, for a single-model server. Leave null in router mode (`presets`). A path
-        value (`./model.gguf`) is copied to the Nix store, as with nixpkgs' module; a string
-        names the file where it is.
-      '';
-    };
-
-    modelsDir = mkOption {
-      type = types.nullOr types.path;
-      default = null;
-      example = "/models/";
-      description = "Models directory; its GGUF files are offered by the router next to the presets.";
-    };
-
-    extraFlags = mkOption {
-      type = types.listOf types.str;
-      default = [ ];
-      example = [
-        "--no-webui"
-        "--metrics"
-      ];
-      description = "Extra flags passed to llama-server (the router passes them on to every model it starts).";
-    };
-
-    host = mkOption {
-      type = types.str;
-      default = "127.0.0.1";
-      example = "0.0.0.0";
-      description = "IP address the LLaMA C++ server listens on.";
-    };
-
-    port = mkOption {
-      type = types.port;
-      default = 8080;
-      description = "Listen port for LLaMA C++ server.";
-    };
-
-    openFirewall = mkOption {
-      type = types.bool;
-      default = false;
-      description = "Open ports in the firewall for LLaMA C++ server.";
-    };
-
     presets = mkOption {
       type = types.attrsOf presetType;
       default = { };
@@ -183,7 +148,10 @@ in
         copied to the Nix store. A name with a line break or `]`, a value with a line break,
         `;` or `#`, or a value of another type fails evaluation with a message that names the
         preset and the key; a key the package's `llama-server --help` does not list fails the
-        build of the INI (see `checkPresetKeys`).
+        build of the INI (see `checkPresetKeys`). To pin a Hugging Face file to a revision,
+        give `model-url = "https://huggingface.co/OWNER/REPO/resolve/REVISION/FILE.gguf"`
+        instead of `hf-repo` (llama-server's `hf-repo` always takes the repository's main
+        branch).
       '';
     };
 
@@ -233,10 +201,12 @@ in
       defaultText = lib.literalExpression "pkgs.stdenv.buildPlatform.canExecute pkgs.stdenv.hostPlatform";
       description = ''
         Build the presets INI only if every key is one that `package`'s own
-        `llama-server --help` lists (or a router-only preset key); an unknown key fails the
-        build with the preset, the key and the nearest known key. llama-server refuses such
-        a file at start, so without the check the service would fail and restart. Off when
-        the build machine cannot run the package (cross-compiling).
+        `llama-server --help` lists (or a router-only preset key), and every flag of the
+        unit's command line (`--models-preset`, `--models-max`, `--sleep-idle-seconds`, the
+        `extraFlags`, ...) is one it lists too; an unknown key or flag fails the build naming
+        it and the nearest known one. llama-server refuses either at start, so without the
+        check the service would fail at every start. Off when the build machine cannot run
+        the package (cross-compiling).
       '';
     };
 
@@ -262,8 +232,21 @@ in
     environment = mkOption {
       type = types.attrsOf types.str;
       default = { };
-      example = { LLAMA_MTP_GPU_VERIFY = "greedy"; };
-      description = "Extra environment variables of the service (LLAMA_CACHE is set to /var/cache/llama-cpp).";
+      example = {
+        LLAMA_MTP_GPU_VERIFY = "greedy";
+      };
+      description = "Extra environment variables of the service (LLAMA_CACHE and HOME are /var/lib/llama-cpp). Secrets belong in `environmentFile`.";
+    };
+
+    environmentFile = mkOption {
+      type = types.nullOr types.path;
+      default = null;
+      example = "/run/secrets/llama-cpp.env";
+      description = ''
+        A file of environment variables read when the unit starts, kept out of the Nix store
+        (a string path, not a path value): `HF_TOKEN=hf_...` lets `hf-repo` presets download
+        gated or private repositories.
+      '';
     };
 
     specialisation = mkOption {
@@ -272,103 +255,109 @@ in
       description = "Name of the active specialisation, written to the marker /etc/llama-cpp/active.json. The specialisation modules set it.";
     };
 
+    cuda = mkOption {
+      type = types.bool;
+      default = false;
+      description = ''
+        The package is a CUDA build that must run on an NVIDIA GPU. Then evaluation asserts
+        that the NVIDIA driver is configured, the nvidia_uvm kernel module is loaded at boot,
+        the hardened unit may open the NVIDIA devices (`deviceAllow`), and the unit refuses to
+        start (ExecStartPre) unless `llama-server --list-devices` shows a CUDA device, instead
+        of running every model on the CPU.
+      '';
+    };
+
     deviceAllow = mkOption {
       type = types.nullOr (types.listOf types.str);
-      default = null;
-      example = lib.literalExpression "(import ./lib/cuda-unit.nix).nvidiaDevices";
+      default = if cfg.cuda then cuda.nvidiaDevices else null;
+      defaultText = lib.literalExpression "if config.services.llama-cpp.cuda then (import ./lib/cuda-unit.nix).nvidiaDevices else null";
       description = ''
         Devices the hardened unit may open (systemd DeviceAllow=, with DevicePolicy=closed).
-        null, the default, restricts no device, as nixpkgs' module: CUDA, ROCm and Vulkan
-        packages all reach their GPU. The base module sets the NVIDIA device nodes CUDA needs.
+        null restricts no device, as nixpkgs' module: CUDA, ROCm and Vulkan packages all reach
+        their GPU. With `cuda`, the NVIDIA device classes (`char-nvidiactl`, `char-nvidia`,
+        `char-nvidia-frontend`, `char-nvidia-uvm`, `char-nvidia-caps`).
       '';
     };
   };
 
-  config = lib.mkIf cfg.enable {
-    services.llama-cpp.presetsIni = ini.render cfg.presets;
-    services.llama-cpp.presets = lib.mkMerge gridPresets;
+  config = lib.mkIf cfg.enable (
+    lib.mkMerge [
+      {
+        services.llama-cpp = {
+          presetsIni = ini.render cfg.presets;
+          presets = lib.mkMerge gridPresets;
+          # nixpkgs' `model` and `modelsDir` have no default; its assertion wants one of them.
+          model = lib.mkDefault null;
+          modelsDir = lib.mkDefault (if hasPresets then "${pkgs.emptyDirectory}" else null);
+          extraFlags = lib.mkBefore routerFlags;
+        };
 
-    assertions = [
-      {
-        assertion = cfg.model != null || cfg.modelsDir != null || hasPresets;
-        message = "services.llama-cpp: set `presets` (router mode), `modelsDir`, or `model`.";
+        assertions = [
+          {
+            assertion = !(cfg.model != null && routerMode);
+            message = "services.llama-cpp: `model` starts a single-model server; it cannot be combined with `presets` or `modelsDir` (router mode).";
+          }
+        ]
+        ++ map (e: {
+          assertion = false;
+          message = "services.llama-cpp.presets: ${e}";
+        }) (ini.errors cfg.presets);
+
+        environment.etc = lib.mkMerge [
+          (lib.mkIf hasPresets { "llama-cpp/presets.ini".source = presetsFile; })
+          { "llama-cpp/active.json".text = builtins.toJSON marker + "\n"; }
+        ];
+
+        systemd.services.llama-cpp = {
+          environment = {
+            LLAMA_CACHE = stateDir;
+            HOME = stateDir;
+          }
+          // cfg.environment;
+
+          restartTriggers = lib.optional hasPresets presetsFile;
+
+          startLimitBurst = startLimitBurst;
+          startLimitIntervalSec =
+            if builtins.isInt restartSec then (startLimitBurst + 1) * restartSec + 60 else 1800;
+
+          serviceConfig = {
+            # Downloaded models are state, not cache: an administrator may wipe /var/cache,
+            # and a 16 GB model takes long to fetch again. Shared by every specialisation.
+            StateDirectory = "llama-cpp";
+            WorkingDirectory = stateDir;
+            EnvironmentFile = lib.mkIf (cfg.environmentFile != null) cfg.environmentFile;
+            # The router stops the model processes it started; give them time to exit.
+            TimeoutStopSec = 30;
+            # llama.cpp's `fit` reads /proc/meminfo, which nixpkgs' ProcSubset=pid hides.
+            ProcSubset = lib.mkForce "all";
+          };
+        };
       }
-      {
-        assertion = !(cfg.model != null && routerMode);
-        message = "services.llama-cpp: `model` starts a single-model server; it cannot be combined with `presets` or `modelsDir` (router mode).";
-      }
+
+      (lib.mkIf (cfg.deviceAllow != null) {
+        systemd.services.llama-cpp.serviceConfig = {
+          DevicePolicy = "closed";
+          DeviceAllow = cfg.deviceAllow;
+        };
+      })
+
+      (lib.mkIf cfg.cuda {
+        assertions = [
+          {
+            assertion = config.hardware.nvidia.enabled;
+            message = cuda.driverMessage "services.llama-cpp.cuda";
+          }
+        ];
+        boot.kernelModules = cuda.kernelModules;
+        systemd.services.llama-cpp.serviceConfig = {
+          ExecStartPre = "${pkgs.writeShellScript "llama-cpp-require-cuda" (
+            cuda.requireCudaDevice server
+          )}";
+          # nixpkgs' module sets MemoryDenyWriteExecute=true, which CUDA cannot initialise under.
+          MemoryDenyWriteExecute = lib.mkForce false;
+        };
+      })
     ]
-    ++ map (e: {
-      assertion = false;
-      message = "services.llama-cpp.presets: ${e}";
-    }) (ini.errors cfg.presets);
-
-    environment.etc = lib.mkMerge [
-      (lib.mkIf hasPresets { "llama-cpp/presets.ini".source = presetsFile; })
-      { "llama-cpp/active.json".text = builtins.toJSON marker + "\n"; }
-    ];
-
-    systemd.services.llama-cpp = {
-      description = "LLaMA C++ server";
-      after = [ "network.target" ];
-      wantedBy = [ "multi-user.target" ];
-
-      environment = {
-        LLAMA_CACHE = cacheDir;
-        HOME = cacheDir;
-      }
-      // cfg.environment;
-
-      serviceConfig = deviceAccess // {
-        Type = "exec";
-        ExecStart = "${cfg.package}/bin/llama-server ${ini.escapeSystemdArgs serverArgs}";
-        KillSignal = "SIGINT";
-        # The router stops the model processes it started; give them time to exit.
-        TimeoutStopSec = 30;
-        Restart = "on-failure";
-        RestartSec = 10;
-
-        # The model cache, shared by every specialisation: same unit, same directory.
-        CacheDirectory = "llama-cpp";
-        WorkingDirectory = cacheDir;
-
-        # hardening
-        DynamicUser = true;
-        CapabilityBoundingSet = "";
-        RestrictAddressFamilies = [
-          "AF_INET"
-          "AF_INET6"
-          "AF_UNIX"
-        ];
-        NoNewPrivileges = true;
-        PrivateMounts = true;
-        PrivateTmp = true;
-        PrivateUsers = true;
-        ProtectClock = true;
-        ProtectControlGroups = true;
-        ProtectHome = true;
-        ProtectKernelLogs = true;
-        ProtectKernelModules = true;
-        ProtectKernelTunables = true;
-        ProtectSystem = "strict";
-        LockPersonality = true;
-        RemoveIPC = true;
-        RestrictNamespaces = true;
-        RestrictRealtime = true;
-        RestrictSUIDSGID = true;
-        SystemCallArchitectures = "native";
-        SystemCallFilter = [
-          "@system-service"
-          "~@privileged"
-        ];
-        SystemCallErrorNumber = "EPERM";
-        ProtectProc = "invisible";
-        ProtectHostname = true;
-      };
-    };
-
-    networking.firewall = lib.mkIf cfg.openFirewall {
-      allowedTCPPorts = [ cfg.port ];
-    };
-  };
+  );
 }

@@ -9,7 +9,12 @@
 # only when `enforceEager = true`.
 #
 # The pure parts (command line, warning text) are in ./lib/vllm-args.nix. See docs/vllm.md.
-{ config, lib, pkgs, ... }:
+{
+  config,
+  lib,
+  pkgs,
+  ...
+}:
 
 let
   cuda = import ./lib/cuda-unit.nix;
@@ -21,8 +26,21 @@ let
 
   args = {
     inherit (cfg)
-      model host port servedModelName tensorParallelSize gpuMemoryUtilization maxModelLen
-      dtype prefixCaching speculativeConfig reasoningParser toolCallParser enforceEager extraArgs;
+      model
+      host
+      port
+      servedModelName
+      tensorParallelSize
+      gpuMemoryUtilization
+      maxModelLen
+      dtype
+      prefixCaching
+      speculativeConfig
+      reasoningParser
+      toolCallParser
+      enforceEager
+      extraArgs
+      ;
   };
 
   warning = vllmArgs.speculationWarning args;
@@ -145,14 +163,22 @@ in
     extraArgs = mkOption {
       type = types.listOf types.str;
       default = [ ];
-      example = [ "--max-num-seqs" "8" "--kv-cache-dtype" "fp8" ];
+      example = [
+        "--max-num-seqs"
+        "8"
+        "--kv-cache-dtype"
+        "fp8"
+      ];
       description = "More `vllm serve` arguments, appended last.";
     };
 
     environment = mkOption {
       type = types.attrsOf types.str;
       default = { };
-      example = { VLLM_USE_V1 = "1"; CUDA_VISIBLE_DEVICES = "0,1,2,3"; };
+      example = {
+        VLLM_USE_V1 = "1";
+        CUDA_VISIBLE_DEVICES = "0,1,2,3";
+      };
       description = "Extra environment variables of the service (HOME and HF_HOME point to ${cacheDir}).";
     };
 
@@ -183,7 +209,8 @@ in
         HOME = cacheDir; # torch.compile, Triton and FlashInfer caches
         HF_HOME = "${cacheDir}/huggingface";
         VLLM_CACHE_ROOT = "${cacheDir}/vllm";
-      } // cfg.environment;
+      }
+      // cfg.environment;
 
       serviceConfig = cuda.gpuAccess cfg.deviceAllow // {
         Type = "exec";
@@ -214,7 +241,12 @@ in
         RestrictRealtime = true;
         RestrictSUIDSGID = true;
         LockPersonality = true;
-        RestrictAddressFamilies = [ "AF_INET" "AF_INET6" "AF_UNIX" "AF_NETLINK" ];
+        RestrictAddressFamilies = [
+          "AF_INET"
+          "AF_INET6"
+          "AF_UNIX"
+          "AF_NETLINK"
+        ];
       };
     };
 

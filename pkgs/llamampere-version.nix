@@ -1,34 +1,23 @@
-# The llamAmpere ref and version, read from the one line of flake.nix that declares the input
-# (flake inputs must be literals, so the ref cannot live anywhere else, and the input's
-# attributes carry its rev but not its ref). A release tag `vX.Y.Z` is the version X.Y.Z;
-# a branch or commit gives `0-unstable-DATE` from the source's last commit date.
+# The llamAmpere package version, taken from the source itself (the flake input's own
+# attributes), so that it names what is really built, also under `--override-input`. The fork
+# publishes no version file and a flake input does not carry its ref, so a snapshot is
+# `0-unstable-YYYY-MM-DD` (nixpkgs' convention for a version without a release number), from
+# the date of its last commit; the commit itself is the package's `src.rev`, which the marker
+# /etc/llama-cpp/active.json (package.rev) and llm-bench's results record.
 #
-# `--override-input llamampere ...` changes the source but not flake.nix: the version then
-# still names the line's ref, while the build commit (LLAMA_BUILD_COMMIT) and
-# `passthru.llamampereRev` name the source really built.
+#   import ./llamampere-version.nix { lastModifiedDate = "20260614093000"; }
+#   => { version = "0-unstable-2026-06-14"; }
 {
-  lib,
-  flakeText,
   lastModifiedDate ? null,
 }:
 
 let
-  lines = lib.splitString "\n" flakeText;
-  refOf = line: builtins.match "[[:space:]]*llamampere\\.url = \"github:JakeATX/llamAmpere/([^\"]+)\";.*" line;
-  refs = lib.concatMap (line: lib.optionals (refOf line != null) (refOf line)) lines;
-  ref =
-    if lib.length refs == 1 then
-      lib.head refs
-    else
-      throw "llamampere-version.nix: expected one `llamampere.url = \"github:JakeATX/llamAmpere/REF\";` line in flake.nix, found ${toString (lib.length refs)}";
-  release = builtins.match "v([0-9]+(\\.[0-9]+)*)" ref;
-  date =
-    if lastModifiedDate == null then
-      "unknown"
-    else
-      "${builtins.substring 0 4 lastModifiedDate}-${builtins.substring 4 2 lastModifiedDate}-${builtins.substring 6 2 lastModifiedDate}";
+  inherit (builtins) substring;
 in
 {
-  inherit ref;
-  version = if release != null then lib.head release else "0-unstable-${date}";
+  version =
+    if lastModifiedDate == null then
+      "0-unstable"
+    else
+      "0-unstable-${substring 0 4 lastModifiedDate}-${substring 4 2 lastModifiedDate}-${substring 6 2 lastModifiedDate}";
 }

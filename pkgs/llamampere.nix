@@ -5,7 +5,7 @@
 #     reads into LLAMA_BUILD_COMMIT: the commit comes from the input's `rev` instead;
 #   - LLAMA_BUILD_NUMBER = the package version: it is compiled into
 #     `int LLAMA_BUILD_NUMBER = @LLAMA_BUILD_NUMBER@;`, so "X.Y.Z" would not compile; an
-#     integer (`buildNumber`) is passed instead and the release shows in the version;
+#     integer (`buildNumber`) is passed instead;
 #   - the web UI, built with npm from a fetchNpmDeps whose hash belongs to nixpkgs' own
 #     source: dropped (npmDeps, the npm hooks, `npm run build`), with LLAMA_BUILD_UI and
 #     LLAMA_USE_PREBUILT_UI off (the prebuilt one would be downloaded at build time, which
@@ -14,7 +14,8 @@
 # CMake spells that GGML_CUDA_FA_QUANTS=all (GGML_CUDA_FA_ALL_QUANTS is a deprecated alias
 # there); its turbo KV types have their own kernels.
 #
-# `version` comes from ./llamampere-version.nix (the ref on flake.nix's input line).
+# `version` comes from ./llamampere-version.nix (the input's commit date) and `rev` from the
+# input itself, so both name the source really built; `passthru.llamampereRev` keeps the commit.
 {
   lib,
   llama-cpp,

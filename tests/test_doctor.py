@@ -98,15 +98,34 @@ def test_the_fa_message_is_llama_cpps_own():
 
 
 def test_real_router_log_of_a_cpu_build_with_a_gpu_present(router):
+    """The real CPU router's log: a GPU per NVML, a model loaded, no CUDA device and no offload."""
     import httpx
 
     httpx.post(f"{router.url}/v1/chat/completions", timeout=60,
                json={"model": "tiny-plain", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
     log = router.log()
+    assert "ggml_cuda_init" not in log and "offloaded" not in log
     [finding] = check_offload(log, gpu_count=1)
-    assert finding.severity == WARNING and "tiny-plain: the model was loaded" in finding.evidence
-    assert "without CUDA" in finding.evidence
+    assert finding.check == "no-gpu" and finding.severity == ERROR
+    assert "tiny-plain: the router runs without a GPU" in finding.evidence
+    assert "names no CUDA device" in finding.evidence and "built without CUDA" in finding.evidence
+    assert "--list-devices" in finding.fix
     assert check_offload(log, gpu_count=0) == []
+
+
+CUDA_FAILED = "ggml_cuda_init: failed to initialize CUDA: no CUDA-capable device is detected"
+
+
+def test_a_cuda_build_that_could_not_open_the_gpu_quotes_why():
+    """A CUDA build whose driver, /dev/nvidia-uvm or DeviceAllow is missing logs CUDA's own error,
+    then loads every layer on the CPU (no offload line); the finding quotes that error."""
+    source = read_source_file("ggml/src/ggml-cuda/ggml-cuda.cu")
+    assert '"%s: failed to initialize " GGML_CUDA_NAME ": %s\\n"' in source
+    assert '"%s: found %d " GGML_CUDA_NAME " devices (Total VRAM: %zu MiB):\\n"' in source
+    log = "\n".join([CUDA_FAILED, SPAWN_LINE, "[51234] 0.01.000.000 I srv    load_model: loading model '/m.gguf'"])
+    [finding] = check_offload(log, gpu_count=1)
+    assert finding.check == "no-gpu" and finding.severity == ERROR
+    assert f'CUDA could not start ("{CUDA_FAILED}")' in finding.evidence and "qwen-27b:" in finding.evidence
 
 
 def test_enforce_eager_from_a_real_process_command_line():
@@ -142,13 +161,31 @@ def test_doctor_finds_the_acceptance_trap_and_exits_1(router, fake_nvml):
     assert "WARNING [roofline]" in result.output  # a CPU build against a (test-double) RTX 3090
 
 
-def test_doctor_on_a_healthy_alias_warns_but_passes(router, fake_nvml):
+def test_doctor_on_a_healthy_alias_warns_but_passes(router, fake_nvml, tmp_path):
     fake_nvml(FakeNvml(gpus=[FakeGpu(power_limit_mw=150000)]))
-    result = doctor("--url", router.url, "--alias", "tiny-plain", "--log-file", str(router.log_path),
-                    "--power-floor-w", "200")
+    # A log without a model load: the CPU bed's own log would (rightly) fail the no-gpu check.
+    quiet = tmp_path / "quiet.log"
+    quiet.write_text("main: server is listening on http://127.0.0.1:8080\n")
+    result = doctor("--url", router.url, "--alias", "tiny-plain", "--log-file", str(quiet), "--power-floor-w", "200")
     assert result.exit_code == 0, result.output
     assert "[acceptance]" not in result.output
-    assert "WARNING [power-limit]" in result.output and "WARNING [offload]" in result.output
+    assert "WARNING [power-limit]" in result.output and "INFO [offload]" in result.output
+
+
+def test_doctor_reports_a_router_without_a_gpu_as_an_error(router, fake_nvml):
+    """NVML (the test double) sees an RTX 3090; the real CPU router loads its model with no CUDA
+    device and no offload: the doctor fails, naming the check."""
+    import httpx
+
+    httpx.post(f"{router.url}/v1/chat/completions", timeout=60,
+               json={"model": "tiny-plain", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+    fake_nvml(FakeNvml(gpus=[FakeGpu()]))
+    result = doctor("--url", router.url, "--log-file", str(router.log_path))
+    assert result.exit_code == 1, result.output
+    assert "ERROR [no-gpu]" in result.output and "the router runs without a GPU" in result.output
+    # Without a GPU in NVML a CPU router is what was asked for.
+    fake_nvml(FakeNvml(gpus=[]))
+    assert "[no-gpu]" not in doctor("--url", router.url, "--log-file", str(router.log_path)).output
 
 
 def test_doctor_vram_busy_is_an_error(router, fake_nvml):
@@ -156,6 +193,10 @@ def test_doctor_vram_busy_is_an_error(router, fake_nvml):
 
     for alias in ("tiny-plain", "tiny-trap"):
         httpx.post(f"{router.url}/models/unload", json={"model": alias})
+    # /models/unload answers before the model process has exited: wait until none is loaded.
+    poll_until(lambda: all(m["status"]["value"] == "unloaded"
+                           for m in httpx.get(f"{router.url}/models", timeout=10).json()["data"]) or None,
+               timeout=30, interval=0.2)
     fake_nvml(FakeNvml(gpus=[FakeGpu(used_mib=5000)]))
     result = doctor("--url", router.url)
     assert result.exit_code == 1 and "ERROR [vram]" in result.output
@@ -169,7 +210,7 @@ def test_checks_run_during_every_run(router, tmp_path):
     records = {r.alias: r for r in load_results(run_plan(plan, lambda m: None, nvml=Nvml(fake)).path).aliases}
     for record in records.values():
         text = " ".join(record.warnings)
-        assert "DOCTOR offload:" in text and "without CUDA" in text  # from this alias's part of the log
+        assert "DOCTOR no-gpu:" in text and "without CUDA" in text  # from this alias's part of the log
         assert "DOCTOR power-limit:" in text and "DOCTOR roofline:" in text
         assert record.roofline_tps and record.memory_bandwidth_gbs == pytest.approx(936.096)
     assert any(w.startswith("ACCEPTANCE TRAP") for w in records["tiny-trap"].warnings)

@@ -1,10 +1,9 @@
 """The NixOS modules evaluated with nixpkgs' lib.evalModules (needs NIXPKGS_LIB).
 
 tests/nix/eval-module.nix declares, loosely, the NixOS options the modules set
-(systemd.services, environment.etc, assertions, specialisation, ...), puts nixpkgs' own
-services.llama-cpp module in the module list (as NixOS does; our `disabledModules` must remove
-it), and gives the modules a `pkgs` whose llama-cpp is nixpkgs' real recipe called with
-stand-ins. It returns, for the base system and for every specialisation, the option values, the
+(systemd.services, environment.etc, assertions, specialisation, the NVIDIA driver switch, ...),
+puts nixpkgs' own services.llama-cpp module in the module list (as NixOS does; ours extends it),
+and gives the modules a `pkgs` whose llama-cpp is nixpkgs' real recipe called with stand-ins. It returns, for the base system and for every specialisation, the option values, the
 unit's ExecStart and serviceConfig, the /etc files (with the derivation that checks the INI),
 the package (name, version, CMake flags, hooks) and the failed assertions. Without NIXPKGS_LIB
 these tests skip and say so (in CI they fail: CI has ../shared/nixpkgs).
@@ -22,8 +21,13 @@ from tests.nix.helpers import EXPECTED, REPO, NixError, nix_eval, nix_string, ni
 HARNESS = REPO / "tests" / "nix" / "eval-module.nix"
 ALL = f"{REPO}/modules/default.nix"
 GENERIC = f"{REPO}/modules/llama-cpp.nix"
-LLAMAMPERE_SRC = ('{ llmBench.llamampere = { version = "0.5.1"; src = { rev = "0123456789abcdef0123";'
+FORK_REV = "0123456789abcdef0123456789abcdef01234567"
+LLAMAMPERE_SRC = ('{ llmBench.llamampere = { version = "0-unstable-2026-06-14"; src = { rev = "' + FORK_REV + '";'
                   ' outPath = "/nix/store/aaaa-llamampere-src"; }; }; }')
+# The machine has the NVIDIA driver (the CUDA router asserts it), and both extra engines on.
+NVIDIA = '{ services.xserver.videoDrivers = [ "nvidia" ]; }'
+ENGINES = "{ llmBench.engines = { fa86.enable = true; llamampere.enable = true; }; }"
+EMPTY_DIR = "-empty-directory"
 RECIPE_VERSION = "9608"  # of ../shared/nixpkgs' llama-cpp recipe
 
 BASE_PRESETS = ["qwen3.8-27b-base", "qwen3.8-27b-dflash2-4", "qwen3.8-27b-mtp2", "qwen3.8-27b-turbo-coder-mtp2"]
@@ -45,22 +49,36 @@ def failed_assertions(*modules: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def full() -> dict:
-    return summary(ALL, LLAMAMPERE_SRC)
+    return summary(ALL, LLAMAMPERE_SRC, NVIDIA, ENGINES)
 
 
 def exec_args(exec_start: str) -> list[str]:
     return shlex.split(exec_start)
 
 
-def test_nixpkgs_module_is_in_the_module_list_and_disabled() -> None:
-    """Our module replaces nixpkgs' own (disabledModules), as NixOS's module-list would have it."""
-    files = nix_eval(f"({harness()}.eval [ {GENERIC} ]).options.services.llama-cpp.port.files")
-    assert files == [GENERIC], files
-    # The control: the same evaluation with modulesPath elsewhere, so `disabledModules` no
-    # longer names the file in the list, declares every option twice.
-    with pytest.raises(NixError, match="services.llama-cpp.port' in .*nixos/modules/services/misc/llama-cpp.nix' is already declared"):
-        nix_eval(f"({harness(modulesPath=nix_string('/nonexistent/nixos/modules'))}"
-                 f".eval [ {GENERIC} ]).options.services.llama-cpp.port.files")
+# The options this module adds to nixpkgs' services.llama-cpp.
+OWN_OPTIONS = {"presets", "presetGrids", "checkPresetKeys", "presetsIni", "modelsMax", "sleepIdleSeconds",
+               "environment", "environmentFile", "specialisation", "cuda", "deviceAllow"}
+NIXPKGS_OPTIONS = {"enable", "package", "model", "modelsDir", "extraFlags", "host", "port", "openFirewall"}
+
+
+def test_the_module_extends_nixpkgs_own() -> None:
+    """nixpkgs' module stays in the module list and declares its options; ours declares only the
+    options it adds (none of them a name of nixpkgs' module) and replaces no module."""
+    files = nix_eval(f"builtins.mapAttrs (_: o: o.declarations) ({harness()}.eval [ {GENERIC} ]).options.services.llama-cpp")
+    nixpkgs = str(nixpkgs_root() / "nixos/modules/services/misc/llama-cpp.nix")
+    assert {name for name, f in files.items() if f == [nixpkgs]} == NIXPKGS_OPTIONS
+    assert {name for name, f in files.items() if f == [GENERIC]} == OWN_OPTIONS
+    for path in (REPO / "modules").rglob("*.nix"):
+        assert "disabledModules" not in path.read_text(), path
+
+
+def test_nixpkgs_module_configuration_is_what_nixpkgs_renders() -> None:
+    """With nothing of ours set, the unit is nixpkgs' own: its ExecStart, Type and restart delay."""
+    result = summary(GENERIC, '{ services.llama-cpp = { enable = true; model = "/models/m.gguf"; }; }')
+    assert exec_args(result["execStart"])[1:] == ["--host", "127.0.0.1", "--port", "8080", "-m", "/models/m.gguf"]
+    sc = result["serviceConfig"]
+    assert (sc["Type"], sc["RestartSec"], sc["MemoryDenyWriteExecute"]) == ("idle", 300, True)
 
 
 def test_defaults(full: dict) -> None:
@@ -76,14 +94,19 @@ def test_defaults(full: dict) -> None:
     assert full["wantedBy"] == ["multi-user.target"]
     assert full["default"] == "stock"
     assert full["checkPresetKeys"] is True
+    assert options["cuda"] is True
 
 
 def test_exec_start_runs_the_router(full: dict) -> None:
     args = exec_args(full["execStart"])
     assert args[0] == f"{full['package']['path']}/bin/llama-server"
-    ini_path = full["etc"]["presetsIni"]["sourcePath"]
-    assert args[1:] == ["--host", "127.0.0.1", "--port", "48123", "--models-preset", ini_path,
-                        "--models-max", "1", "--sleep-idle-seconds", "300"]
+    # nixpkgs' module asserts `model` or `modelsDir`: an empty directory adds no model.
+    assert args[6].endswith(EMPTY_DIR), args
+    assert args[1:6] + args[7:] == ["--host", "127.0.0.1", "--port", "48123", "--models-dir",
+                                    "--models-preset", "/etc/llama-cpp/presets.ini",
+                                    "--models-max", "1", "--sleep-idle-seconds", "300"]
+    # The unit names the INI by its /etc path; a new INI restarts it through restartTriggers.
+    assert full["restartTriggers"] == [full["etc"]["presetsIni"]["sourcePath"]]
 
 
 def test_ini_file_and_marker_in_etc(full: dict) -> None:
@@ -94,7 +117,7 @@ def test_ini_file_and_marker_in_etc(full: dict) -> None:
     assert marker == {
         "format": "llm-bench-llama-cpp-active/1",
         "specialisation": "base",
-        "package": {"name": "llama-cpp", "version": RECIPE_VERSION, "path": full["package"]["path"]},
+        "package": {"name": "llama-cpp", "version": RECIPE_VERSION, "path": full["package"]["path"], "rev": None},
         "presets": BASE_PRESETS,
         "presets_file": "/etc/llama-cpp/presets.ini",
         "url": "http://127.0.0.1:48123",
@@ -104,6 +127,7 @@ def test_ini_file_and_marker_in_etc(full: dict) -> None:
 def check_command(config: dict) -> str:
     ini = config["etc"]["presetsIni"]
     assert "check-preset-keys-1" in ini["nativeBuildInputs"], ini
+    assert ini["preferLocalBuild"] is True  # a few kilobytes of text: never worth a remote builder
     return ini["buildCommand"]
 
 
@@ -114,6 +138,11 @@ def test_ini_is_checked_against_each_configurations_own_package(full: dict) -> N
         command = check_command(config)
         server = f"{config['package']['path']}/bin/llama-server"
         assert f"check-preset-keys --server {server} " in command, command
+        # The unit's own flags are checked against the same --help.
+        flags = [arg.split("=", 1)[1] for arg in shlex.split(command.split("check-preset-keys", 1)[1])
+                 if arg.startswith("--flag=")]
+        assert flags == ["--host", "--port", "--models-dir", "--models-preset", "--models-max",
+                         "--sleep-idle-seconds"], flags
         servers.add(server)
     assert len(servers) == 3  # stock, fa86 and the fork: three packages, three checks
     # The INI derivation depends on the package, so a new package gives a new INI path.
@@ -121,8 +150,16 @@ def test_ini_is_checked_against_each_configurations_own_package(full: dict) -> N
     assert len(paths) == 3
 
 
+def test_the_flag_check_covers_the_users_extra_flags() -> None:
+    result = summary(ALL, NVIDIA, '{ services.llama-cpp.extraFlags = [ "-c" "4096" "--temp" "-0.5" "--jinja=1" ]; }')
+    command = check_command(result)
+    for flag in ("--flag=-c ", "--flag=--temp ", "--flag=--jinja "):
+        assert flag in command, command
+    assert "-0.5" not in command and "4096" not in command  # values are not flags
+
+
 def test_the_key_check_can_be_turned_off() -> None:
-    result = summary(ALL, LLAMAMPERE_SRC, "{ services.llama-cpp.checkPresetKeys = false; }")
+    result = summary(ALL, LLAMAMPERE_SRC, NVIDIA, "{ services.llama-cpp.checkPresetKeys = false; }")
     assert result["etc"]["presetsIni"]["buildCommand"] is None
     assert result["etc"]["presetsIni"]["sourceText"] == (EXPECTED / "base.ini").read_text()
 
@@ -133,20 +170,107 @@ def test_base_package_is_nixpkgs_llama_cpp_with_cuda(full: dict) -> None:
     assert "-DGGML_CUDA:BOOL=TRUE" in full["package"]["cmakeFlags"]
     cpu = summary(ALL, LLAMAMPERE_SRC, "{ llmBench.cuda = false; }")
     assert "-DGGML_CUDA:BOOL=FALSE" in cpu["package"]["cmakeFlags"]
-    assert cpu["options"]["deviceAllow"] is None
+    assert cpu["failedAssertions"] == []  # no NVIDIA driver needed
+    assert cpu["options"]["cuda"] is False and cpu["options"]["deviceAllow"] is None
     assert "DevicePolicy" not in cpu["serviceConfig"]
+    assert cpu["execStartPre"] is None and cpu["kernelModules"] == []
+    assert cpu["serviceConfig"]["MemoryDenyWriteExecute"] is True  # nixpkgs' hardening stays without CUDA
 
 
 def test_hardened_unit_reaches_the_gpu_and_shares_the_cache(full: dict) -> None:
     sc = full["serviceConfig"]
     assert sc["PrivateDevices"] is False
     assert sc["DevicePolicy"] == "closed"
-    assert set(sc["DeviceAllow"]) == {"char-nvidiactl", "char-nvidia-frontend", "char-nvidia-uvm", "char-nvidia-caps"}
+    # /proc/devices names: "nvidia" and "nvidiactl" since driver 550.40, "nvidia-frontend" before.
+    assert set(sc["DeviceAllow"]) == {"char-nvidiactl", "char-nvidia", "char-nvidia-frontend", "char-nvidia-uvm",
+                                      "char-nvidia-caps"}
     assert sc["MemoryDenyWriteExecute"] is False
     assert sc["ProcSubset"] == "all"
-    assert sc["CacheDirectory"] == "llama-cpp"
+    # Downloads are state (an administrator may wipe /var/cache), shared by every specialisation.
+    assert sc["StateDirectory"] == "llama-cpp" and "CacheDirectory" not in sc
+    assert sc["WorkingDirectory"] == "/var/lib/llama-cpp"
+    assert full["environment"]["LLAMA_CACHE"] == "/var/lib/llama-cpp"
     assert sc["DynamicUser"] is True and sc["ProtectSystem"] == "strict" and sc["NoNewPrivileges"] is True
-    assert full["environment"]["LLAMA_CACHE"] == "/var/cache/llama-cpp"
+    assert sc["ProtectKernelModules"] is True  # hence nvidia_uvm at boot
+    for spec in full["specialised"].values():
+        assert spec["serviceConfig"]["StateDirectory"] == "llama-cpp"
+        assert spec["environment"]["LLAMA_CACHE"] == "/var/lib/llama-cpp"
+
+
+def test_cuda_needs_the_nvidia_driver_uvm_and_a_cuda_device(full: dict) -> None:
+    """Without the driver, evaluation fails saying how to configure it; with it, nvidia_uvm is loaded
+    at boot and the unit's ExecStartPre (every specialisation's, with its own llama-server) refuses
+    to start without a CUDA device."""
+    messages = failed_assertions(ALL, LLAMAMPERE_SRC)
+    assert any("services.llama-cpp.cuda: a CUDA build needs the NVIDIA driver" in m
+               and 'services.xserver.videoDrivers = [ "nvidia" ]' in m for m in messages), messages
+    assert failed_assertions(ALL, LLAMAMPERE_SRC, "{ hardware.nvidia.datacenter.enable = true; }") == []
+    assert failed_assertions(ALL, LLAMAMPERE_SRC, "{ llmBench.cuda = false; }") == []
+    for config in [full, *full["specialised"].values()]:
+        assert config["kernelModules"] == ["nvidia_uvm"]
+        assert config["execStartPre"].endswith("-llama-cpp-require-cuda"), config["execStartPre"]
+        assert config["serviceConfig"]["ExecStartPre"] == config["execStartPre"]
+    # The script text of each configuration, for its own package (the stand-ins' writeShellScript
+    # keeps the text; tests/test_nix_preset_keys.py runs it against a real llama-server).
+    scripts = nix_eval(f"let h = {harness()}; c = (h.eval [ {ALL} {LLAMAMPERE_SRC} {NVIDIA} {ENGINES} ]).config; "
+                       f"cuda = import {REPO}/modules/lib/cuda-unit.nix; in "
+                       'map (cfg: cuda.requireCudaDevice "${cfg.services.llama-cpp.package}/bin/llama-server")'
+                       " ([ c ] ++ map (s: s.configuration) (builtins.attrValues c.specialisation))")
+    paths = {config["package"]["path"] for config in [full, *full["specialised"].values()]}
+    assert {next(p for p in paths if p in script) for script in scripts} == paths
+    assert all("--list-devices" in script for script in scripts)
+
+
+def test_a_broken_engine_stops_after_a_few_starts(full: dict) -> None:
+    """nixpkgs restarts after RestartSec = 300 s; the start limit counts three failed starts within
+    an interval longer than their restart delays, so it can trip (systemd's default, 5 starts in
+    10 s, never does)."""
+    for config in [full, *full["specialised"].values()]:
+        burst, interval = config["startLimit"]["burst"], config["startLimit"]["intervalSec"]
+        restart = config["serviceConfig"]["RestartSec"]
+        assert (burst, restart) == (3, 300) and interval > burst * restart, config["startLimit"]
+        assert config["serviceConfig"]["Restart"] == "on-failure"
+
+
+def test_hf_token_comes_from_an_environment_file() -> None:
+    result = summary(ALL, NVIDIA, '{ services.llama-cpp.environmentFile = "/run/secrets/llama-cpp.env"; }')
+    assert result["serviceConfig"]["EnvironmentFile"] == "/run/secrets/llama-cpp.env"
+    assert "EnvironmentFile" not in summary(ALL, NVIDIA)["serviceConfig"]
+
+
+def test_a_model_source_can_pin_a_hugging_face_revision() -> None:
+    pinned = ('{ llmBench.models.qwen38 = { repo = "unsloth/Qwen3.8-27B-GGUF"; file = "Qwen3.8-27B-UD-Q4_K_XL.gguf";'
+              f' revision = "{FORK_REV}"; }}; }}')
+    result = summary(ALL, NVIDIA, pinned)
+    url = f"https://huggingface.co/unsloth/Qwen3.8-27B-GGUF/resolve/{FORK_REV}/Qwen3.8-27B-UD-Q4_K_XL.gguf"
+    assert f"[qwen3.8-27b-base]\nmodel-url = {url}\n" in result["presetsIni"], result["presetsIni"]
+    assert "unsloth/Qwen3.8-27B-GGUF:UD-Q4_K_XL" not in result["presetsIni"]
+    with pytest.raises(NixError, match="cannot be pinned to a revision"):
+        summary(ALL, NVIDIA, pinned.replace("qwen38", "dflash2Draft"))
+    with pytest.raises(NixError, match="revision"):
+        summary(ALL, NVIDIA, pinned.replace(FORK_REV, "main"))
+
+
+def test_extra_engines_are_opt_in_and_the_base_never_builds_them() -> None:
+    """By default only the default engine exists: no specialisation, and evaluating the whole base
+    system (unit, INI, marker) never touches the fa86 or llamampere package, so neither a failing
+    fork build nor its key check can fail a rebuild of a system that did not ask for them."""
+    result = summary(ALL, NVIDIA, '{ llmBench.engines.fa86.package = throw "fa86 was built";'
+                     ' llmBench.engines.llamampere.package = throw "the fork was built"; }')
+    assert result["specialisations"] == [] and result["failedAssertions"] == []
+    assert result["package"]["pname"] == "llama-cpp"
+    # The control: turned on, the base system does depend on it.
+    with pytest.raises(NixError, match="fa86 was built"):
+        summary(ALL, NVIDIA, '{ llmBench.engines.fa86 = { enable = true; package = throw "fa86 was built"; }; }')
+
+
+def test_no_specialisation_without_the_router() -> None:
+    result = nix_eval(f"({harness()}.eval [ {ALL} {NVIDIA} {ENGINES} {{ services.llama-cpp.enable = false; }} ])"
+                      ".config.specialisation")
+    assert result == {}
+    with_router = nix_eval(f"builtins.attrNames ({harness()}.eval [ {ALL} {NVIDIA} {ENGINES} {LLAMAMPERE_SRC} ])"
+                           ".config.specialisation")
+    assert with_router == ["llm-fa86", "llm-llamampere"]
 
 
 def test_specialisations_are_declared(full: dict) -> None:
@@ -165,9 +289,9 @@ def test_the_flakes_key_check_reads_specialisations_as_nixos_gives_them() -> Non
     (and the harness) type it through extendModules, not a module to evaluate again."""
     farm = nix_eval(
         f"let h = {harness()}; in (import {REPO}/tests/nixos/presets-keys.nix {{"
-        f" inherit (h) pkgs; nixosSystem = h.eval [ {ALL} {LLAMAMPERE_SRC} {CPU} ]; }}).entries"
+        f" inherit (h) pkgs; nixosSystem = h.eval [ {ALL} {LLAMAMPERE_SRC} {CPU} {ENGINES} ]; }}).entries"
     )
-    cpu = summary(ALL, LLAMAMPERE_SRC, CPU)
+    cpu = summary(ALL, LLAMAMPERE_SRC, CPU, ENGINES)
     configs = {"base": cpu, **cpu["specialised"]}
     assert {e["name"]: e["path"] for e in farm} == {
         f"{name}.ini": config["etc"]["presetsIni"]["sourcePath"] for name, config in configs.items()
@@ -181,7 +305,7 @@ def test_the_harness_types_specialisations_as_nixos_does() -> None:
     fails, as it does in NixOS; the harness no longer models a deferred module."""
     with pytest.raises(NixError, match="presetsIni' is read-only, but it's set multiple times"):
         nix_eval(
-            f"let h = {harness()}; base = h.eval [ {ALL} {LLAMAMPERE_SRC} ]; in"
+            f"let h = {harness()}; base = h.eval [ {ALL} {LLAMAMPERE_SRC} {NVIDIA} {ENGINES} ]; in"
             ' (base.extendModules { modules = [ base.config.specialisation.llm-fa86.configuration'
             " { specialisation = h.lib.mkOverride 0 { }; } ]; }).config.services.llama-cpp.presetsIni"
         )
@@ -204,7 +328,8 @@ def test_llm_fa86(full: dict) -> None:
     # A new package and a new INI: the unit changes, so switching restarts it.
     assert spec["execStart"] != full["execStart"]
     assert exec_args(spec["execStart"])[0].startswith(spec["package"]["path"])
-    assert spec["serviceConfig"]["CacheDirectory"] == "llama-cpp"
+    assert spec["serviceConfig"]["StateDirectory"] == "llama-cpp"
+    assert spec["restartTriggers"] == [spec["etc"]["presetsIni"]["sourcePath"]] != full["restartTriggers"]
     assert spec["options"]["port"] == 48123
 
 
@@ -212,9 +337,9 @@ def test_llm_llamampere(full: dict) -> None:
     spec = full["specialised"]["llm-llamampere"]
     pkg = spec["package"]
     assert spec["options"]["specialisation"] == "llm-llamampere"
-    assert (pkg["pname"], pkg["version"]) == ("llamampere", "0.5.1")
+    assert (pkg["pname"], pkg["version"]) == ("llamampere", "0-unstable-2026-06-14")
     assert pkg["src"] == "/nix/store/aaaa-llamampere-src"
-    assert pkg["llamampereRev"] == "0123456789abcdef0123"
+    assert pkg["llamampereRev"] == FORK_REV
     flags = pkg["cmakeFlags"]
     # The recipe's LLAMA_BUILD_NUMBER is its version through the finalAttrs fixpoint ("0.5.1",
     # which would not compile); exactly one, the integer, remains.
@@ -234,12 +359,14 @@ def test_llm_llamampere(full: dict) -> None:
     assert "cmake-3.31.6" in pkg["nativeBuildInputs"]  # the rest of the recipe's inputs stay
     assert spec["presetsIni"] == (EXPECTED / "llm-llamampere.ini").read_text()
     marker = json.loads(spec["etc"]["activeJson"])
-    assert marker["package"] == {"name": "llamampere", "version": "0.5.1", "path": pkg["path"]}
+    # The fork's revision is recorded with the package (llm-bench copies it into its results).
+    assert marker["package"] == {"name": "llamampere", "version": "0-unstable-2026-06-14", "path": pkg["path"],
+                                 "rev": FORK_REV}
     assert not any(p.startswith("qwen3.8") for p in marker["presets"])
 
 
 def test_llamampere_without_source_is_an_assertion() -> None:
-    result = summary(ALL)
+    result = summary(ALL, NVIDIA, ENGINES)
     assert result["failedAssertions"] == []
     assert any("llmBench.llamampere.src" in m for m in result["specialised"]["llm-llamampere"]["failedAssertions"])
 
@@ -251,7 +378,7 @@ USER = """{
 
 
 def test_user_presets_and_global_settings_reach_every_specialisation() -> None:
-    result = summary(ALL, LLAMAMPERE_SRC, USER)
+    result = summary(ALL, LLAMAMPERE_SRC, NVIDIA, ENGINES, USER)
     for name, config in [("base", result), *result["specialised"].items()]:
         assert config["failedAssertions"] == [], name
         assert "mine" in config["presets"], (name, config["presets"])
@@ -269,24 +396,25 @@ def test_user_presets_and_global_settings_reach_every_specialisation() -> None:
 
 
 def test_user_settings_of_the_service_reach_every_specialisation() -> None:
-    result = summary(ALL, LLAMAMPERE_SRC, '{ services.llama-cpp = { port = 9000; sleepIdleSeconds = -1; }; }')
+    result = summary(ALL, LLAMAMPERE_SRC, NVIDIA, ENGINES,
+                     '{ services.llama-cpp = { port = 9000; sleepIdleSeconds = -1; }; }')
     for config in [result, *result["specialised"].values()]:
         assert config["options"]["port"] == 9000 and config["options"]["sleepIdleSeconds"] == -1
 
 
 def test_an_engine_may_keep_the_base_presets_or_not() -> None:
-    result = summary(ALL, LLAMAMPERE_SRC, "{ llmBench.engines.llamampere.inheritBasePresets = true; }"
+    result = summary(ALL, LLAMAMPERE_SRC, NVIDIA, ENGINES, "{ llmBench.engines.llamampere.inheritBasePresets = true; }"
                      '{ llmBench.presets.extra.model = "/x.gguf"; }')
     ampere = result["specialised"]["llm-llamampere"]["presets"]
     assert set(BASE_PRESETS) | {"extra", "ampere-none"} <= set(ampere)
     # llmBench.presets adds to the base presets instead of replacing them.
     assert set(BASE_PRESETS) | {"extra"} <= set(result["presets"])
-    assert "extra" not in summary(ALL, LLAMAMPERE_SRC)["specialised"]["llm-llamampere"]["presets"]
+    assert "extra" not in summary(ALL, LLAMAMPERE_SRC, NVIDIA, ENGINES)["specialised"]["llm-llamampere"]["presets"]
 
 
 def test_an_engines_own_presets_are_overridden_key_by_key() -> None:
     """A definition of one key of an engine's preset (or of its "*") replaces that key only."""
-    result = summary(ALL, LLAMAMPERE_SRC, """{
+    result = summary(ALL, LLAMAMPERE_SRC, NVIDIA, ENGINES, """{
       llmBench.engines.fa86.presets."qwen3.8-27b-kv84".spec-draft-n-max = 3;
       llmBench.engines.llamampere.presets."*".ctx-size = 4096;
     }""")
@@ -305,15 +433,19 @@ def test_an_engines_own_presets_are_overridden_key_by_key() -> None:
 def test_an_unknown_engine_is_an_assertion_not_a_broken_specialisation() -> None:
     """`default` and `active` name only stock, fa86 and llamampere: another engine is refused
     when the base system evaluates, and gets no specialisation that would fail to build."""
-    result = summary(ALL, LLAMAMPERE_SRC, '{ llmBench.engines.mine.presets.p.model = "/m.gguf"; }')
+    result = summary(ALL, LLAMAMPERE_SRC, NVIDIA, ENGINES, '{ llmBench.engines.mine.presets.p.model = "/m.gguf"; }')
     assert result["specialisations"] == ["llm-fa86", "llm-llamampere"]
     assert any("llmBench.engines: no engine named `mine`" in m for m in result["failedAssertions"]), \
         result["failedAssertions"]
-    assert summary(ALL, LLAMAMPERE_SRC)["failedAssertions"] == []
+    assert summary(ALL, LLAMAMPERE_SRC, NVIDIA, ENGINES)["failedAssertions"] == []
 
 
 def test_default_engine_llamampere_is_the_base_system() -> None:
-    result = summary(ALL, LLAMAMPERE_SRC, '{ llmBench.default = "llamampere"; }')
+    alone = summary(ALL, LLAMAMPERE_SRC, NVIDIA, '{ llmBench.default = "llamampere"; }')
+    assert alone["failedAssertions"] == [] and alone["package"]["pname"] == "llamampere"
+    assert alone["specialisations"] == []  # stock is then opt-in like the others
+    result = summary(ALL, LLAMAMPERE_SRC, NVIDIA, '{ llmBench.default = "llamampere"; }',
+                     "{ llmBench.engines = { stock.enable = true; fa86.enable = true; }; }")
     assert result["failedAssertions"] == []
     assert result["package"]["pname"] == "llamampere"
     assert result["options"]["specialisation"] == "base"
@@ -328,34 +460,32 @@ def test_default_engine_llamampere_is_the_base_system() -> None:
     assert marker["specialisation"] == "base" and marker["package"]["name"] == "llamampere"
 
 
-def test_engines_can_be_turned_off() -> None:
-    # Off: no specialisation, and its package is never evaluated (the missing fork source
-    # raises no assertion).
-    result = summary(ALL, "{ llmBench.engines.llamampere.enable = false; }")
+def test_engines_can_be_turned_on_one_by_one() -> None:
+    # On: a specialisation; the other stays off, and its package is never evaluated (the
+    # missing fork source raises no assertion).
+    result = summary(ALL, NVIDIA, "{ llmBench.engines.fa86.enable = true; }")
     assert result["specialisations"] == ["llm-fa86"]
-    assert result["failedAssertions"] == []
-    only_base = summary(ALL, "{ llmBench.engines = { llamampere.enable = false; fa86.enable = false; }; }")
-    assert only_base["specialisations"] == []
-    messages = failed_assertions(ALL, LLAMAMPERE_SRC,
+    assert result["failedAssertions"] == [] and result["specialised"]["llm-fa86"]["failedAssertions"] == []
+    messages = failed_assertions(ALL, LLAMAMPERE_SRC, NVIDIA,
                                  '{ llmBench.default = "fa86"; llmBench.engines.fa86.enable = false; }')
     assert any('llmBench.default = "fa86"' in m and "enable is false" in m for m in messages), messages
 
 
 def test_engine_packages_keep_their_old_option_names() -> None:
-    result = summary(ALL, '{ llmBench.packages.llamampere = (import '
+    result = summary(ALL, NVIDIA, ENGINES, '{ llmBench.packages.llamampere = (import '
                      f'{REPO}/tests/nix/stand-ins.nix {{ lib = import {nixpkgs_root()}/lib; nixpkgsRoot = {nixpkgs_root()}; }})'
                      '.llama-cpp.overrideAttrs (old: { pname = "my-fork"; }); }')
     assert result["specialised"]["llm-llamampere"]["package"]["pname"] == "my-fork"
 
 
 def test_model_sources_are_options() -> None:
-    result = summary(ALL, LLAMAMPERE_SRC, '{ llmBench.models.qwen38 = "/srv/models/q.gguf"; }')
+    result = summary(ALL, LLAMAMPERE_SRC, NVIDIA, ENGINES, '{ llmBench.models.qwen38 = "/srv/models/q.gguf"; }')
     assert "model = /srv/models/q.gguf" in result["presetsIni"]
     assert "model = /srv/models/q.gguf" in result["specialised"]["llm-llamampere"]["presetsIni"]
 
 
 def test_preset_grids_option() -> None:
-    result = summary(ALL, LLAMAMPERE_SRC, """{ services.llama-cpp.presetGrids.tiny = {
+    result = summary(ALL, LLAMAMPERE_SRC, NVIDIA, ENGINES, """{ services.llama-cpp.presetGrids.tiny = {
         base = { model = "/m.gguf"; };
         axes = [ { q8 = { cache-type-k = "q8_0"; }; f16 = { cache-type-k = "f16"; }; }
                  { d1 = { spec-draft-n-max = 1; }; d3 = { spec-draft-n-max = 3; }; } ];
@@ -374,7 +504,7 @@ def test_nixpkgs_style_single_model_configuration_still_works() -> None:
     )
     assert result["failedAssertions"] == []
     args = exec_args(result["execStart"])
-    assert args[1:] == ["--host", "0.0.0.0", "--port", "8080", "--model", "/models/m.gguf", "-c", "4096"]
+    assert args[1:] == ["--host", "0.0.0.0", "--port", "8080", "-m", "/models/m.gguf", "-c", "4096"]
     assert result["firewall"] == [8080]
     assert result["etc"]["presetsIni"] is None
     assert json.loads(result["etc"]["activeJson"])["presets_file"] is None
@@ -399,14 +529,14 @@ def test_a_path_model_enters_the_store(tmp_path) -> None:
     model.write_bytes(b"GGUF")
     result = summary(GENERIC, f"{{ services.llama-cpp = {{ enable = true; model = {model}; }}; }}")
     args = exec_args(result["execStart"])
-    stored = args[args.index("--model") + 1]
+    stored = args[args.index("-m") + 1]
     assert stored.startswith("/nix/store/") and stored.endswith("-single.gguf"), stored
     assert any(c.endswith("-single.gguf") for c in result["execStartContext"]), result["execStartContext"]
 
 
 def test_enabled_without_anything_to_serve_is_an_assertion() -> None:
     messages = failed_assertions(GENERIC, "{ services.llama-cpp.enable = true; }")
-    assert any("set `presets`" in m for m in messages)
+    assert any("Either 'model' or 'modelDir' must be set" in m for m in messages), messages  # nixpkgs' own
 
 
 def test_model_and_presets_together_is_an_assertion() -> None:
@@ -449,9 +579,9 @@ def test_unsupported_type_is_an_option_type_error_naming_preset_and_key() -> Non
 
 def test_a_package_set_on_the_service_is_warned_about() -> None:
     """services.llama-cpp.package outranks every engine's package, so each specialisation runs it."""
-    plain = summary(ALL, LLAMAMPERE_SRC)
+    plain = summary(ALL, LLAMAMPERE_SRC, NVIDIA, ENGINES)
     assert plain["warnings"] == [] and all(s["warnings"] == [] for s in plain["specialised"].values())
-    direct = summary(ALL, LLAMAMPERE_SRC, '{ services.llama-cpp.package = (import '
+    direct = summary(ALL, LLAMAMPERE_SRC, NVIDIA, ENGINES, '{ services.llama-cpp.package = (import '
                      f'{REPO}/tests/nix/stand-ins.nix {{ lib = import {nixpkgs_root()}/lib; nixpkgsRoot = {nixpkgs_root()}; }})'
                      '.llama-cpp.overrideAttrs (old: { pname = "mine"; }); }')
     assert direct["specialised"]["llm-fa86"]["package"]["pname"] == "mine"

@@ -166,13 +166,14 @@ def test_a_server_that_cannot_run_is_an_error(tmp_path: Path) -> None:
     assert result.returncode == 1 and "lists no options" in result.stderr
 
 
-def module_ini_build(package: Path, presets: str) -> dict:
+def module_ini_build(package: Path, presets: str, settings: str = "") -> dict:
     """The presets INI derivation of services.llama-cpp (evaluated with tests/nix/eval-module.nix)
-    for `presets`, with a package whose outPath is `package`."""
+    for `presets` (and more of the service's `settings`), with a package whose outPath is `package`."""
     root = nixpkgs_root()
     pkg = ('{ type = "derivation"; pname = "llama-cpp"; version = "1"; name = "llama-cpp-1"; src = "none";'
            f" outPath = {nix_string(str(package))}; }}")
-    module = f"{{ services.llama-cpp = {{ enable = true; package = {pkg}; presets = {presets}; }}; }}"
+    module = (f"{{ services.llama-cpp = {{ enable = true; package = {pkg}; presets = {presets};"
+              f" sleepIdleSeconds = 300; {settings} }}; }}")
     source = (f"(import {REPO}/tests/nix/eval-module.nix {{ libPath = {root}/lib; }}).eval"
               f' [ {REPO}/modules/llama-cpp.nix {module} ]).config.environment.etc."llama-cpp/presets.ini".source')
     return nix_eval(f"let s = ({source}; in {{ inherit (s) text buildCommand; }}")  # type: ignore[return-value]
@@ -215,9 +216,111 @@ def test_the_modules_ini_build_checks_keys_and_names_presets_ini(package: Path, 
     bad = module_ini_build(package, '{ x = { model = "/m.gguf"; ctx_sise = 4096; }; }')
     result = run_build(bad, llama_server_bin, tmp_path / "bad")
     assert result.returncode == 1, result
-    assert result.stderr.startswith("check-preset-keys: presets.ini: llama-server would refuse these presets:"), \
-        result.stderr
+    assert result.stderr.startswith(
+        "check-preset-keys: presets.ini: llama-server would refuse these presets or flags:"), result.stderr
     assert f'preset "x", key "ctx_sise": not an option of {package}/bin/llama-server; did you mean "ctx-size"?' \
         in result.stderr
     assert ".attr-0" not in result.stderr
     assert not (tmp_path / "bad" / "out").exists()
+
+
+# --- the unit's own flags, against the same --help ---------------------------------------------
+
+
+@pytest.fixture
+def fork_without_sleep(llama_server_bin: Path, tmp_path: Path) -> Path:
+    """A package whose llama-server is a fork stand-in: the real server, whose --help lacks
+    --sleep-idle-seconds and which refuses that flag, as a fork from before the option would."""
+    server = tmp_path / "fork-pkg" / "bin" / "llama-server"
+    server.parent.mkdir(parents=True)
+    server.write_text(f"""#!/bin/sh
+for arg in "$@"; do
+  if [ "$arg" = "--sleep-idle-seconds" ]; then echo "error: invalid argument: $arg" >&2; exit 1; fi
+done
+if [ "$1" = "--help" ]; then
+  "{llama_server_bin}" --help | grep -v -- '--sleep-idle-seconds'
+  exit 0
+fi
+exec "{llama_server_bin}" "$@"
+""")
+    server.chmod(0o755)
+    return server.parent.parent
+
+
+PRESETS = '{ x = { model = "/m.gguf"; ctx-size = 4096; }; }'
+
+
+def test_the_units_flags_pass_against_the_real_server(package: Path, llama_server_bin: Path, tmp_path: Path) -> None:
+    """Every flag the module puts on the command line (--host, --port, --models-dir,
+    --models-preset, --models-max, --sleep-idle-seconds) and the user's extra flags are options of
+    the real llama-server."""
+    build = module_ini_build(package, PRESETS, 'extraFlags = [ "-c" "4096" "--metrics" ];')
+    for flag in ("--flag=--models-preset", "--flag=--models-max", "--flag=--sleep-idle-seconds", "--flag=-c"):
+        assert flag in build["buildCommand"], build["buildCommand"]
+    result = run_build(build, llama_server_bin, tmp_path)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_fork_without_a_flag_of_the_unit_fails_the_build(fork_without_sleep: Path, package: Path,
+                                                             llama_server_bin: Path, tmp_path: Path) -> None:
+    """The build fails naming the flag; the control: the fork itself refuses that command line at
+    start, which is the restart loop the check prevents."""
+    build = module_ini_build(fork_without_sleep, PRESETS)
+    result = run_build(build, llama_server_bin, tmp_path)
+    assert result.returncode == 1, result
+    assert (f'the service\'s command line, flag "--sleep-idle-seconds": not an option of '
+            f"{fork_without_sleep}/bin/llama-server") in result.stderr, result.stderr
+    started = subprocess.run([str(fork_without_sleep / "bin" / "llama-server"), "--sleep-idle-seconds", "300"],
+                             capture_output=True, text=True, timeout=60)
+    assert started.returncode != 0 and "--sleep-idle-seconds" in started.stderr
+    # The same configuration on the real server passes: the flag, not the file, is the problem.
+    assert run_build(module_ini_build(package, PRESETS), llama_server_bin, tmp_path / "real").returncode == 0
+
+
+def test_a_misspelled_extra_flag_names_the_nearest(package: Path, llama_server_bin: Path, tmp_path: Path) -> None:
+    build = module_ini_build(package, PRESETS, 'extraFlags = [ "--ctx-sise" "4096" ];')
+    result = run_build(build, llama_server_bin, tmp_path)
+    assert result.returncode == 1
+    assert 'flag "--ctx-sise": not an option of' in result.stderr and 'did you mean "--ctx-size"?' in result.stderr
+
+
+def test_the_real_server_refuses_an_unknown_flag(llama_server_bin: Path) -> None:
+    """What the check stands for: llama-server exits at start on a flag it does not know."""
+    started = subprocess.run([str(llama_server_bin), "--ctx-sise", "4096"], capture_output=True, text=True, timeout=60)
+    assert started.returncode != 0 and "--ctx-sise" in started.stdout + started.stderr
+
+
+# --- the ExecStartPre that refuses to start without a CUDA device --------------------------------
+
+def require_cuda(server: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    """modules/lib/cuda-unit.nix's script for `server`, run with bash as systemd would."""
+    text = nix_eval(f"(import {REPO}/modules/lib/cuda-unit.nix).requireCudaDevice {nix_string(str(server))}")
+    script = tmp_path / "require-cuda"
+    script.write_text(f"#!/bin/bash\n{text}")
+    script.chmod(0o755)
+    return subprocess.run([str(script)], capture_output=True, text=True, timeout=60)
+
+
+def test_a_server_without_a_cuda_device_does_not_start(llama_server_bin: Path, tmp_path: Path) -> None:
+    """The real CPU llama-server lists no device: the unit would run every model on the CPU."""
+    listed = subprocess.run([str(llama_server_bin), "--list-devices"], capture_output=True, text=True, timeout=60)
+    assert "Available devices:" in listed.stdout and "CUDA" not in listed.stdout
+    result = require_cuda(llama_server_bin, tmp_path)
+    assert result.returncode == 1
+    assert "refusing to start" in result.stderr and "shows no CUDA device" in result.stderr
+    assert "Available devices:" in result.stderr  # what llama-server itself said
+    assert "nvidia_uvm" in result.stderr and "deviceAllow" in result.stderr
+
+
+def test_a_server_that_lists_a_cuda_device_starts(tmp_path: Path) -> None:
+    """A stand-in printing what a CUDA build prints (common/arg.cpp's format) passes; one that
+    fails to run does not."""
+    cuda = tmp_path / "cuda-server"
+    cuda.write_text("#!/bin/sh\nprintf 'Available devices:\\n  CUDA0: NVIDIA GeForce RTX 3090 (24135 MiB, 23800 MiB free)\\n'\n")
+    cuda.chmod(0o755)
+    assert require_cuda(cuda, tmp_path).returncode == 0
+    broken = tmp_path / "broken-server"
+    broken.write_text("#!/bin/sh\necho '  CUDA0: listed but crashed'; exit 3\n")
+    broken.chmod(0o755)
+    result = require_cuda(broken, tmp_path)
+    assert result.returncode == 1 and "exit status 3" in result.stderr

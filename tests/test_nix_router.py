@@ -189,3 +189,22 @@ def test_a_grid_of_six_presets_is_served(router_factory, tiny_sources) -> None:
         assert_args(preset, settings, listed[preset]["status"]["args"])
     entry = load(router.url, "tiny-q4-d3")
     assert entry["status"]["value"] == "loaded", f"tiny-q4-d3 did not load: {entry}\n{router.log()[-3000:]}"
+
+
+def test_the_units_command_line_serves_exactly_the_presets(router_factory, tmp_path) -> None:
+    """As services.llama-cpp runs it: `--models-dir` an empty directory (nixpkgs' module asserts
+    `model` or `modelsDir`), `--sleep-idle-seconds`, LLAMA_CACHE in the state directory. The router
+    lists the presets and nothing else, and a preset pinned to a Hugging Face revision
+    (`model-url`) is listed with that URL without downloading anything."""
+    empty, state = tmp_path / "empty-directory", tmp_path / "state"
+    empty.mkdir()
+    state.mkdir()
+    url = "https://huggingface.co/owner/repo/resolve/0123456789abcdef0123456789abcdef01234567/m-Q4_K_M.gguf"
+    text = (EXPECTED / "base.ini").read_text() + f"\n[pinned]\nmodel-url = {url}\n"
+    router = router_factory(text, extra_args=["--models-dir", str(empty), "--sleep-idle-seconds", "300"],
+                            env={"LLAMA_CACHE": str(state), "HOME": str(state)})
+    listed = listed_models(router.url)
+    assert set(listed) == set(presets_of(text)), set(listed) ^ set(presets_of(text))
+    args = listed["pinned"]["status"]["args"]
+    assert ("--model-url", url) in list(zip(args, args[1:])), args
+    assert list(state.iterdir()) == []

@@ -136,32 +136,40 @@ EXTRA_STUBS = """
 
 
 def evaluate(*modules: str) -> dict:
+    """The base system's units and settings, and each specialisation's (`specialised`)."""
     lib = nixpkgs_lib()
     harness = f"(import {HARNESS} {{ libPath = {lib}; }})"
     mods = " ".join(f"({m})" for m in (str(VLLM), str(HYPERQWEN), EXTRA_STUBS, *modules))
     expr = f"""
       let
         h = {harness};
+        describe = c: let units = c.systemd.services; in {{
+          warnings = c.warnings;
+          failedAssertions = h.failedAssertions c;
+          vllm = if units ? vllm then {{
+            execStart = units.vllm.serviceConfig.ExecStart;
+            environment = units.vllm.environment;
+            environmentFile = units.vllm.serviceConfig.EnvironmentFile or null;
+            wantedBy = units.vllm.wantedBy;
+          }} else null;
+          hyperqwen = if units ? hyperqwen then {{
+            inherit (units.hyperqwen.serviceConfig) ExecStart ExecStop WorkingDirectory Type;
+            conflicts = units.hyperqwen.conflicts or [ ];
+            restartIfChanged = units.hyperqwen.restartIfChanged or true;
+            wantedBy = units.hyperqwen.wantedBy;
+          }} else null;
+          llamaCpp = if c.services.llama-cpp.enable then {{
+            wantedBy = units.llama-cpp.wantedBy;
+            conflicts = units.llama-cpp.conflicts or [ ];
+          }} else null;
+          firewall = c.networking.firewall.allowedTCPPorts;
+          docker = {{ inherit (c.virtualisation.docker) enable; settings = c.virtualisation.docker.daemon.settings; }};
+          toolkit = c.hardware.nvidia-container-toolkit.enable;
+          dockerMembers = c.users.groups.docker.members or [ ];
+        }};
         c = (h.eval [ {mods} ]).config;
-        units = c.systemd.services;
-      in {{
-        warnings = c.warnings;
-        failedAssertions = h.failedAssertions c;
-        vllm = if units ? vllm then {{
-          execStart = units.vllm.serviceConfig.ExecStart;
-          environment = units.vllm.environment;
-          environmentFile = units.vllm.serviceConfig.EnvironmentFile or null;
-          wantedBy = units.vllm.wantedBy;
-        }} else null;
-        hyperqwen = if units ? hyperqwen then {{
-          inherit (units.hyperqwen.serviceConfig) ExecStart ExecStop WorkingDirectory Type;
-          conflicts = units.hyperqwen.conflicts;
-          wantedBy = units.hyperqwen.wantedBy;
-        }} else null;
-        firewall = c.networking.firewall.allowedTCPPorts;
-        docker = {{ inherit (c.virtualisation.docker) enable; settings = c.virtualisation.docker.daemon.settings; }};
-        toolkit = c.hardware.nvidia-container-toolkit.enable;
-        dockerMembers = c.users.groups.docker.members or [ ];
+      in describe c // {{
+        specialised = builtins.mapAttrs (_: s: describe s.configuration) c.specialisation;
       }}
     """
     return nix_eval(expr)  # type: ignore[return-value]
@@ -245,14 +253,21 @@ def test_hyperqwen_host_side() -> None:
     assert out["docker"]["settings"]["features"]["cdi"] is True
     assert out["toolkit"] is True
     assert out["dockerMembers"] == ["alice"]
-    assert out["hyperqwen"] is None  # the unit is opt-in
+    assert out["hyperqwen"] is None and out["specialised"] == {}  # the unit is opt-in
 
 
-def test_hyperqwen_unit_conflicts_with_the_router() -> None:
-    out = evaluate('{ llmBench.hyperqwen = { enable = true; unit = { enable = true; directory = "/srv/HyperQwen"; }; }; }')
-    unit = out["hyperqwen"]
-    assert unit["conflicts"] == ["llama-cpp.service"]
-    assert unit["wantedBy"] == []  # never started at boot: it would fight the router for the GPU
+HQ_UNIT = '{ llmBench.hyperqwen = { enable = true; unit = { enable = true; directory = "/srv/HyperQwen"; }; }; }'
+
+
+def test_hyperqwen_unit_runs_in_its_own_specialisation() -> None:
+    out = evaluate(HQ_UNIT)
+    assert out["failedAssertions"] == []
+    assert out["hyperqwen"] is None  # never in the base system, whose router it would fight
+    assert set(out["specialised"]) == {"llm-hyperqwen"}
+    spec = out["specialised"]["llm-hyperqwen"]
+    assert spec["failedAssertions"] == []
+    unit = spec["hyperqwen"]
+    assert unit["wantedBy"] == ["multi-user.target"]  # the switch into the specialisation starts it
     assert unit["WorkingDirectory"] == "/srv/HyperQwen"
     assert unit["Type"] == "oneshot"
     assert shlex.split(unit["ExecStart"]) == [
@@ -260,6 +275,33 @@ def test_hyperqwen_unit_conflicts_with_the_router() -> None:
         "-f", "docker-compose.yml", "-f", "docker-compose.override.yml", "--profile", "single", "up", "-d",
     ]
     assert shlex.split(unit["ExecStop"])[-1] == "down"
+    assert spec["docker"]["enable"] is True and spec["toolkit"] is True
+
+
+ALL = REPO / "modules" / "default.nix"
+NVIDIA = '{ services.xserver.videoDrivers = [ "nvidia" ]; }'
+
+
+def test_a_rebuild_cannot_stop_a_running_hyperqwen() -> None:
+    """With the router's modules: in the HyperQwen specialisation the router is off (nothing is
+    left for activation to start that holds the GPU or conflicts with HyperQwen), and a rebuild
+    into it does not restart hyperqwen.service. The base system keeps the router."""
+    out = evaluate(str(ALL), NVIDIA, HQ_UNIT)
+    assert out["failedAssertions"] == []
+    assert out["llamaCpp"]["wantedBy"] == ["multi-user.target"] and out["hyperqwen"] is None
+    spec = out["specialised"]["llm-hyperqwen"]
+    assert spec["failedAssertions"] == []
+    assert spec["llamaCpp"] is None
+    assert spec["hyperqwen"]["restartIfChanged"] is False
+    assert spec["hyperqwen"]["conflicts"] == []
+    # Even a configuration that turns the router on by name does not bring it back there.
+    forced = evaluate(str(ALL), NVIDIA, HQ_UNIT, "{ services.llama-cpp.enable = true; }")
+    assert forced["specialised"]["llm-hyperqwen"]["llamaCpp"] is None
+
+
+def test_hyperqwen_conflicts_option_is_gone_with_a_reason() -> None:
+    out = evaluate(HQ_UNIT, '{ llmBench.hyperqwen.unit.conflictsWith = [ "llama-cpp.service" ]; }')
+    assert any("own" in m and "specialisation" in m for m in out["failedAssertions"]), out["failedAssertions"]
 
 
 def test_hyperqwen_refuses_docker_without_cdi() -> None:

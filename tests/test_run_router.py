@@ -204,3 +204,35 @@ def test_server_dying_mid_run_aborts_with_results_kept(router_factory, bed, tmp_
     assert records[0].alias == "tiny-plain" and records[0].runs
     assert records[1].alias == "tiny-ngram" and "cannot connect" in records[1].errors[0]
 
+
+
+def test_results_record_the_nixos_package_and_the_forks_revision(router, tmp_path):
+    """The NixOS module's marker (/etc/llama-cpp/active.json, format in docs/nixos.md) names the
+    active build and the commit its source came from; a run of the server it describes records
+    both in meta, and a run of another server records neither."""
+    import json
+
+    from llm_bench.plan import Checks
+
+    rev = "0123456789abcdef0123456789abcdef01234567"
+    marker = tmp_path / "active.json"
+    marker.write_text(json.dumps({
+        "format": "llm-bench-llama-cpp-active/1", "specialisation": "llm-llamampere",
+        "package": {"name": "llamampere", "version": "0-unstable-2026-06-14", "rev": rev,
+                    "path": "/nix/store/aaaa-llamampere-0-unstable-2026-06-14"},
+        "presets": ["tiny-plain"], "presets_file": "/etc/llama-cpp/presets.ini",
+        "url": router.url.replace("127.0.0.1", "localhost"),
+    }))
+
+    def meta_of(url: str) -> dict:
+        plan = Plan(url=url, aliases=("tiny-plain",), output_dir=tmp_path / "results",
+                    protocol=Protocol(runs=1, max_tokens=8), checks=Checks(marker=marker))
+        return load_results(run_plan(plan, lambda m: None, nvml=Nvml(FakeNvml(gpus=[]))).path).meta
+
+    meta = meta_of(router.url)
+    assert meta["llama_cpp_package"] == {
+        "specialisation": "llm-llamampere", "name": "llamampere", "version": "0-unstable-2026-06-14", "rev": rev,
+        "path": "/nix/store/aaaa-llamampere-0-unstable-2026-06-14"}
+    assert meta["server_build"]  # the server's own account stays beside it
+    marker.write_text(marker.read_text().replace(f":{router.port}", f":{free_port()}"))
+    assert "llama_cpp_package" not in meta_of(router.url)

@@ -27,6 +27,10 @@ FA_FALLBACK = re.compile(r"no FlashAttention vector kernel compiled for K/V type
 SPAWN = re.compile(r"spawning server instance with name=(\S+) on port (\d+)")
 INSTANCE_LINE = re.compile(r"^\[(\d+)\] ")
 MODEL_LOADING = re.compile(r"load_model: loading model '([^']+)'")
+# ggml/src/ggml-cuda/ggml-cuda.cu, ggml_cuda_init: "failed to initialize CUDA: %s" or
+# "found %d CUDA devices (Total VRAM: %zu MiB):"
+CUDA_INIT_FAILED = re.compile(r"ggml_cuda_init: failed to initialize CUDA")
+CUDA_FOUND = re.compile(r"ggml_cuda_init: found \d+ CUDA devices")
 
 
 def check_vram(reading: VramReading, threshold_mib: float, loaded: Sequence[str] = ()) -> list[Finding]:
@@ -81,15 +85,30 @@ def check_offload(log_text: str, gpu_count: int, source: str = "the server log")
                     "free VRAM (see the vram check), lower --ctx-size or use a smaller KV type, and set "
                     "--n-gpu-layers 999 (or -ngl all) instead of relying on --fit"))
         elif gpu_count and any(MODEL_LOADING.search(line) for line in lines):
-            findings.append(Finding(
-                "offload", WARNING,
-                f"{who}the model was loaded but {source} never says \"offloaded N/M layers to GPU\" although "
-                f"NVML sees {gpu_count} GPU(s): this llama-server was probably built without CUDA.",
-                "use a CUDA build of llama.cpp (e.g. the flake's package, or cmake -DGGML_CUDA=ON)"))
+            findings.append(no_gpu(who, source, gpu_count, log_text))
     if not saw_load:
         return [Finding("offload", INFO, f"{source} shows no model load, so GPU offload could not be checked.",
                         "load a model (or point --log-file/--log-command at the log of the load) and rerun")]
     return findings
+
+
+def no_gpu(who: str, source: str, gpu_count: int, log_text: str) -> Finding:
+    """A model loaded with no layer on a GPU although NVML sees one: every figure measures the CPU."""
+    failed = next((line.strip() for line in log_text.splitlines() if CUDA_INIT_FAILED.search(line)), None)
+    if failed:
+        why = f"CUDA could not start (\"{failed}\")"
+    elif not CUDA_FOUND.search(log_text):
+        why = (f"{source} names no CUDA device (no \"ggml_cuda_init: found N CUDA devices\"): this llama-server "
+               "was built without CUDA")
+    else:
+        why = "no layer was placed on it"
+    return Finding(
+        "no-gpu", ERROR,
+        f"{who}the router runs without a GPU: the model was loaded but {source} never says \"offloaded N/M layers "
+        f"to GPU\" although NVML sees {gpu_count} GPU(s); {why}. Every figure measures the CPU.",
+        "use a CUDA build (the flake's packages, or cmake -DGGML_CUDA=ON); on NixOS check that `llama-server "
+        "--list-devices` shows CUDA0 (services.llama-cpp.cuda refuses to start without it: NVIDIA driver, "
+        "nvidia_uvm loaded, the unit's DeviceAllow)")
 
 
 def check_fa_fallback(log_text: str, source: str = "the server log") -> list[Finding]:

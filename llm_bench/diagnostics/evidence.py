@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from llm_bench.diagnostics.checks import fork_build
 from llm_bench.engines import Engine
@@ -29,6 +30,28 @@ def read_marker(path: Path = MARKER) -> dict | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+LOOPBACK = {"localhost", "127.0.0.1", "::1"}
+
+
+def _endpoint(url: str) -> tuple[str, int | None]:
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    return ("127.0.0.1" if host in LOOPBACK else host), parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+
+
+def marker_package(marker: dict | None, server_url: str) -> dict | None:
+    """The llama.cpp build the NixOS marker says serves `server_url`: its specialisation, package name,
+    version, store path and source revision (the fork's commit); None when the marker describes
+    another server or there is none."""
+    marker = marker or {}
+    package, url = marker.get("package"), marker.get("url")
+    if not isinstance(package, dict) or not isinstance(url, str) or _endpoint(url) != _endpoint(server_url):
+        return None
+    facts = {"specialisation": marker.get("specialisation"), "name": package.get("name"),
+             "version": package.get("version"), "rev": package.get("rev"), "path": package.get("path")}
+    return {k: v for k, v in facts.items() if isinstance(v, str)} or None
 
 
 def detect_fork(engine: Engine, presets: dict[str, Sequence[str]], named: str | None = None,

@@ -183,36 +183,17 @@ let
 
   inherit (systemd) escapeSystemdArgs;
 
-  # llama-server's command line (without the binary): a router of presets when
-  # `presetsFile` or `modelsDir` is given, a single-model server when `model` is.
-  serverArgs =
+  # The router's flags, which services.llama-cpp passes after nixpkgs' `--host`, `--port`,
+  # `-m` and `--models-dir`: the presets file, the most models loaded at once, the idle sleep.
+  routerArgs =
     {
-      host,
-      port,
-      model ? null,
-      modelsDir ? null,
       presetsFile ? null,
       modelsMax ? null,
       sleepIdleSeconds ? null,
-      extraFlags ? [ ],
     }:
-    [
-      "--host"
-      host
-      "--port"
-      (toString port)
-    ]
-    ++ lib.optionals (model != null) [
-      "--model"
-      (systemd.argString model)
-    ]
-    ++ lib.optionals (modelsDir != null) [
-      "--models-dir"
-      (systemd.argString modelsDir)
-    ]
-    ++ lib.optionals (presetsFile != null) [
+    lib.optionals (presetsFile != null) [
       "--models-preset"
-      "${presetsFile}"
+      (systemd.argString presetsFile)
     ]
     ++ lib.optionals (modelsMax != null) [
       "--models-max"
@@ -221,8 +202,19 @@ let
     ++ lib.optionals (sleepIdleSeconds != null) [
       "--sleep-idle-seconds"
       (toString sleepIdleSeconds)
-    ]
-    ++ extraFlags;
+    ];
+
+  # The flags of a command line (its arguments that start with a dash and are not negative
+  # numbers), each without a `=value` part: what check-preset-keys compares with `--help`.
+  flagsOf =
+    args:
+    map (a: builtins.head (lib.splitString "=" a)) (
+      filter (a: lib.hasPrefix "-" a && match "-[0-9.]+" a == null) args
+    );
+
+  # A source's revision when it is a full commit hash (a flake input, a fetchFromGitHub by
+  # commit), else null (a tag, a path, no source).
+  commitOf = rev: if isString rev && match "[0-9a-f]{40}" rev != null then rev else null;
 
   # The marker written to /etc/llama-cpp/active.json (format documented in docs/nixos.md).
   marker =
@@ -231,6 +223,7 @@ let
       packageName,
       packageVersion,
       packagePath,
+      packageRev ? null,
       presets,
       presetsFile,
       url,
@@ -242,6 +235,7 @@ let
         name = packageName;
         version = packageVersion;
         path = packagePath;
+        rev = packageRev;
       };
       presets = presetNames presets;
       presets_file = presetsFile;
@@ -258,7 +252,9 @@ in
     presetNames
     grid
     escapeSystemdArgs
-    serverArgs
+    routerArgs
+    flagsOf
+    commitOf
     marker
     ;
 }

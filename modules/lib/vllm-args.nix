@@ -8,39 +8,67 @@
 # every flag is one of `vllm serve`'s own (vLLM's engine arguments, docs.vllm.ai
 # "serve" CLI reference). A null option leaves its flag out, so vLLM's own default applies.
 let
-  inherit (builtins) elem isFloat toJSON toString;
+  inherit (builtins)
+    elem
+    isFloat
+    toJSON
+    toString
+    ;
 
   systemd = import ./systemd-args.nix;
 
   optional = cond: list: if cond then list else [ ];
-  flag = name: value: optional (value != null) [ name (render value) ];
+  flag =
+    name: value:
+    optional (value != null) [
+      name
+      (render value)
+    ];
 
   # Floats through toJSON: `toString 0.9` is "0.900000", toJSON gives "0.9".
   render = v: if isFloat v then toJSON v else toString v;
 
   # Target dtypes that make a bf16 drafter useless (see `speculationWarning`).
-  fp16Dtypes = [ "half" "float16" ];
+  fp16Dtypes = [
+    "half"
+    "float16"
+  ];
 in
 rec {
-  dtypes = [ "auto" "bfloat16" "half" "float16" "float" "float32" ];
+  dtypes = [
+    "auto"
+    "bfloat16"
+    "half"
+    "float16"
+    "float"
+    "float32"
+  ];
 
   serveArgs =
-    { model
-    , host ? "127.0.0.1"
-    , port ? 8000
-    , servedModelName ? null
-    , tensorParallelSize ? null
-    , gpuMemoryUtilization ? null
-    , maxModelLen ? null
-    , dtype ? null
-    , prefixCaching ? null
-    , speculativeConfig ? null
-    , reasoningParser ? null
-    , toolCallParser ? null
-    , enforceEager ? false
-    , extraArgs ? [ ]
+    {
+      model,
+      host ? "127.0.0.1",
+      port ? 8000,
+      servedModelName ? null,
+      tensorParallelSize ? null,
+      gpuMemoryUtilization ? null,
+      maxModelLen ? null,
+      dtype ? null,
+      prefixCaching ? null,
+      speculativeConfig ? null,
+      reasoningParser ? null,
+      toolCallParser ? null,
+      enforceEager ? false,
+      extraArgs ? [ ],
     }:
-    [ "serve" (toString model) "--host" host "--port" (toString port) ]
+    [
+      "serve"
+      (toString model)
+      "--host"
+      host
+      "--port"
+      (toString port)
+    ]
     ++ flag "--served-model-name" servedModelName
     ++ flag "--tensor-parallel-size" tensorParallelSize
     ++ flag "--gpu-memory-utilization" gpuMemoryUtilization
@@ -49,10 +77,17 @@ rec {
     ++ optional (prefixCaching == true) [ "--enable-prefix-caching" ]
     ++ optional (prefixCaching == false) [ "--no-enable-prefix-caching" ]
     # One argument holding the JSON object, as `--speculative-config '{"method": ...}'`.
-    ++ optional (speculativeConfig != null) [ "--speculative-config" (toJSON speculativeConfig) ]
+    ++ optional (speculativeConfig != null) [
+      "--speculative-config"
+      (toJSON speculativeConfig)
+    ]
     ++ flag "--reasoning-parser" reasoningParser
     # vLLM refuses `tool_choice: "auto"` unless both flags are given.
-    ++ optional (toolCallParser != null) [ "--enable-auto-tool-choice" "--tool-call-parser" toolCallParser ]
+    ++ optional (toolCallParser != null) [
+      "--enable-auto-tool-choice"
+      "--tool-call-parser"
+      toolCallParser
+    ]
     # Never by default: eager mode gives up CUDA graphs and costs decode speed.
     ++ optional enforceEager [ "--enforce-eager" ]
     ++ extraArgs;
@@ -60,11 +95,22 @@ rec {
   # The acceptance trap of the second report: with `--dtype half` the target ran in fp16
   # while the drafter was trained and shipped in bf16, and the target rejected every draft
   # token. Nothing failed; the only trace was "Mean acceptance length: 1.00" in the log.
-  speculationBreaks = { dtype ? null, speculativeConfig ? null, ... }:
+  speculationBreaks =
+    {
+      dtype ? null,
+      speculativeConfig ? null,
+      ...
+    }:
     speculativeConfig != null && elem dtype fp16Dtypes;
 
-  speculationWarning = args@{ dtype ? null, speculativeConfig ? null, ... }:
-    if !(speculationBreaks args) then null
+  speculationWarning =
+    args@{
+      dtype ? null,
+      speculativeConfig ? null,
+      ...
+    }:
+    if !(speculationBreaks args) then
+      null
     else
       "services.vllm: speculativeConfig (method ${toJSON (speculativeConfig.method or null)}) "
       + "is combined with dtype = ${toJSON dtype}. This is a known trap: the target running in "

@@ -1,5 +1,5 @@
 # Default model sources of the presets (builtins-only data). Each is either a Hugging Face
-# repository with a quant tag, downloaded into LLAMA_CACHE (/var/cache/llama-cpp) the first
+# repository with a quant tag, downloaded into LLAMA_CACHE (/var/lib/llama-cpp) the first
 # time a preset loads it, or an absolute path to a GGUF file. The NixOS options
 # `llmBench.models.*` (modules/base-presets.nix) default to these values.
 {

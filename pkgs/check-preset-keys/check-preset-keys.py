@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Refuse a llama.cpp router presets INI whose keys the given llama-server does not know.
+"""Refuse a llama.cpp router presets INI whose keys the given llama-server does not know, and a
+command line whose flags it does not know.
 
-    check-preset-keys --server /path/to/bin/llama-server presets.ini
+    check-preset-keys --server /path/to/bin/llama-server [--flag=--models-max ...] presets.ini
 
 llama-server refuses an unknown key in a `--models-preset` file when it starts ("option '...'
 not recognized in preset '...'"), so the service would fail and restart. This runs the
@@ -10,6 +11,10 @@ options without their dashes, negated `--no-` forms, environment variables, as
 common/preset.cpp maps them), and fails naming each preset, key and the nearest known key.
 Only keys are checked, not values: a value the server cannot use (a KV cache type a build
 lacks) fails when the preset loads, not when the router reads the file.
+
+Each `--flag` names a flag of the service's own command line (with its dashes: `--models-max`,
+`-c`); llama-server refuses an unknown one at start too ("error: invalid argument"), so a fork
+without `--sleep-idle-seconds` would fail at every start. Each must be an option `--help` lists.
 
 Standard library only; the NixOS module runs it while building the INI (pkgs/check-preset-keys).
 """
@@ -21,6 +26,7 @@ import difflib
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 # Keys the router reads from a preset that are not command-line options, so `--help` does
@@ -76,12 +82,34 @@ def preset_keys(text: str) -> list[tuple[str, str]]:
     return found
 
 
-def problems(ini_text: str, help_text: str, server: str, extra_keys: list[str]) -> list[str]:
+def known_flags(help_text: str) -> set[str]:
+    """Every option spelling `--help` lists, with its dashes (`--ctx-size`, `-c`, `--no-mmproj`)."""
+    flags: set[str] = set()
+    for line in help_text.splitlines():
+        match = OPTION_LINE.match(line)
+        if match:
+            flags.update(arg.strip() for arg in match.group(1).split(","))
+    return flags
+
+
+def flag_problems(flags: Sequence[str], help_text: str, server: str) -> list[str]:
+    known = known_flags(help_text)
+    messages = []
+    for flag in flags:
+        if flag in known:
+            continue
+        near = difflib.get_close_matches(flag, sorted(f for f in known if f.startswith("--")), n=1, cutoff=0.6)
+        hint = f'; did you mean "{near[0]}"?' if near else ""
+        messages.append(f'the service\'s command line, flag "{flag}": not an option of {server}{hint}')
+    return messages
+
+
+def problems(ini_text: str, help_text: str, server: str, extra_keys: list[str], flags: Sequence[str] = ()) -> list[str]:
     keys, long_names = known_keys(help_text)
     if not long_names or len(keys) < 20:
         return [f"{server} --help lists no options this checker can read; is it llama-server?"]
     keys.update(extra_keys)
-    messages = []
+    messages = flag_problems(flags, help_text, server)
     for preset, key in preset_keys(ini_text):
         if key in keys or key in SKIPPED_KEYS:
             continue
@@ -98,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server", required=True, help="the llama-server binary the presets are for")
     parser.add_argument("--allow-key", action="append", default=[], metavar="KEY",
                         help="accept KEY as well (repeatable)")
+    parser.add_argument("--flag", action="append", default=[], metavar="FLAG",
+                        help="a flag of the service's command line that --help must list, as --flag=--models-max "
+                             "(repeatable)")
     parser.add_argument("ini", type=Path, help="the presets INI file")
     args = parser.parse_args(argv)
 
@@ -111,9 +142,9 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
 
-    messages = problems(args.ini.read_text(), proc.stdout, args.server, args.allow_key)
+    messages = problems(args.ini.read_text(), proc.stdout, args.server, args.allow_key, args.flag)
     if messages:
-        print(f"check-preset-keys: {args.ini}: llama-server would refuse these presets:", file=sys.stderr)
+        print(f"check-preset-keys: {args.ini}: llama-server would refuse these presets or flags:", file=sys.stderr)
         for message in messages:
             print(f"  {message}", file=sys.stderr)
         return 1

@@ -33,7 +33,7 @@ let
 
   # The NixOS options that the modules set, declared loosely.
   nixosStub =
-    { extendModules, ... }:
+    { config, extendModules, ... }:
     {
       options = {
         assertions = mkOption {
@@ -88,9 +88,47 @@ let
                   type = types.listOf types.str;
                   default = [ ];
                 };
+                # As nixos/lib/systemd-unit-options.nix declares them (the freeform type
+                # would make a definition that reads the unit's own serviceConfig recursive).
+                restartTriggers = mkOption {
+                  type = types.listOf types.unspecified;
+                  default = [ ];
+                };
+                startLimitBurst = mkOption {
+                  type = types.nullOr types.int;
+                  default = null;
+                };
+                startLimitIntervalSec = mkOption {
+                  type = types.nullOr types.int;
+                  default = null;
+                };
               };
             }
           );
+        };
+        boot.kernelModules = mkOption {
+          type = types.listOf types.str;
+          default = [ ];
+        };
+        # As nixos/modules/hardware/video/nvidia.nix declares them: the driver is selected
+        # through services.xserver.videoDrivers (or the data-centre switch), and
+        # hardware.nvidia.enabled is read only.
+        services.xserver.videoDrivers = mkOption {
+          type = types.listOf types.str;
+          default = [
+            "modesetting"
+            "fbdev"
+          ];
+        };
+        hardware.nvidia.datacenter.enable = mkOption {
+          type = types.bool;
+          default = false;
+        };
+        hardware.nvidia.enabled = mkOption {
+          type = types.bool;
+          readOnly = true;
+          default =
+            lib.elem "nvidia" config.services.xserver.videoDrivers || config.hardware.nvidia.datacenter.enable;
         };
         networking.firewall.allowedTCPPorts = mkOption {
           type = types.listOf types.port;
@@ -142,6 +180,7 @@ let
       options = {
         inherit (cfg)
           enable
+          cuda
           host
           port
           openFirewall
@@ -171,6 +210,13 @@ let
       default = config.llmBench.default or null;
       presetsIni = cfg.presetsIni;
       execStart = unit.serviceConfig.ExecStart;
+      execStartPre = unit.serviceConfig.ExecStartPre or null;
+      restartTriggers = map toString (unit.restartTriggers or [ ]);
+      startLimit = {
+        burst = unit.startLimitBurst or null;
+        intervalSec = unit.startLimitIntervalSec or null;
+      };
+      kernelModules = config.boot.kernelModules;
       execStartContext = builtins.attrNames (builtins.getContext unit.serviceConfig.ExecStart);
       serviceConfig = unit.serviceConfig;
       environment = unit.environment;
@@ -185,6 +231,7 @@ let
               sourcePath = src.outPath;
               sourceText = src.text;
               buildCommand = src.buildCommand or null;
+              preferLocalBuild = src.preferLocalBuild or false;
               nativeBuildInputs = map (p: p.name) (src.nativeBuildInputs or [ ]);
               context = builtins.attrNames (builtins.getContext src.text);
             }

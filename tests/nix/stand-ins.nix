@@ -140,7 +140,22 @@ let
     };
     rocmPackages = { };
 
-    writeText = name: text: fakeDrv { inherit name text; };
+    writeText =
+      name: text:
+      fakeDrv {
+        inherit name text;
+        preferLocalBuild = true;
+      };
+    writeShellScript =
+      name: text:
+      fakeDrv {
+        inherit name;
+        text = "#!/bin/bash\n" + text;
+      };
+    emptyDirectory = fakeDrv {
+      name = "empty-directory";
+      buildCommand = "mkdir $out";
+    };
     runCommand =
       name: env: buildCommand:
       fakeDrv (env // { inherit name buildCommand; });

@@ -30,6 +30,8 @@ in
       turboCoder = "${tiny}/target.gguf";
       dflash2Draft = "${tiny}/draft.gguf";
     };
+    llmBench.engines.fa86.enable = true;
+    llmBench.engines.llamampere.enable = true;
     llmBench.engines.fa86.package = renamed "llama-cpp-fa86";
     llmBench.engines.llamampere.package = renamed "llamampere";
     # llmBench.cuda = false makes the base package nixpkgs' CPU llama-cpp.

@@ -50,7 +50,8 @@ pkgs.testers.runNixOSTest {
         assert marker["package"]["name"] == "llama-cpp", marker
         assert set(marker["presets"]) == expected, marker
         unit = machine.succeed("systemctl cat llama-cpp.service")
-        assert "LLAMA_CACHE=/var/cache/llama-cpp" in unit, unit
+        assert "LLAMA_CACHE=/var/lib/llama-cpp" in unit, unit
+        assert "StartLimitBurst=3" in unit, unit
 
     with subtest("llm-bench measures the presets"):
         # The MTP and DFlash presets cannot load on a tiny llama model; llm-bench records

@@ -71,7 +71,7 @@ pkgs.testers.runNixOSTest {
           after = running_services()
           changed = {u for u in before if u in after and before[u] != after[u]}
           assert not changed, f"switching to {name} restarted {changed}"
-          machine.succeed("test -d /var/cache/llama-cpp")
+          machine.succeed("test -d /var/lib/llama-cpp")
 
       base_presets = {"qwen3.8-27b-base", "qwen3.8-27b-mtp2", "qwen3.8-27b-turbo-coder-mtp2", "qwen3.8-27b-dflash2-4",
                       "user-preset"}
@@ -80,7 +80,7 @@ pkgs.testers.runNixOSTest {
 
       machine.wait_for_unit("llama-cpp.service")
       assert presets() == base_presets, presets()
-      machine.succeed("echo cached > /var/cache/llama-cpp/marker-file")
+      machine.succeed("echo cached > /var/lib/llama-cpp/marker-file")
 
       with subtest("switch to llm-fa86"):
           switch("${base}/specialisation/llm-fa86", "llm-fa86", "llama-cpp-fa86", base_presets | {"qwen3.8-27b-kv84"})
@@ -92,6 +92,6 @@ pkgs.testers.runNixOSTest {
           switch("${base}", "base", "llama-cpp", base_presets)
 
       with subtest("the model cache survived every switch"):
-          machine.succeed("grep -q cached /var/cache/llama-cpp/marker-file")
+          machine.succeed("grep -q cached /var/lib/llama-cpp/marker-file")
     '';
 }
