@@ -42,6 +42,15 @@ class WorkloadInterrupted(Exception):
         self.records = records
 
 
+class RunsInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a workload's runs; ``records`` hold what it measured before (the finished runs, the
+    record marked interrupted), so the runner can save them before it stops."""
+
+    def __init__(self, records: list[AliasRecord]):
+        super().__init__()
+        self.records = records
+
+
 def chat_request(alias: str, protocol: Protocol, prompt: str, max_tokens: int | None = None,
                  prompt_cache: bool | None = None) -> ChatRequest:
     """``prompt_cache`` None: as the protocol says (by default every prompt is processed whole)."""
@@ -152,10 +161,21 @@ def measured_runs(engine: Engine, request: ChatRequest, runs: int, record: Alias
                   label: str = "Run", precision: float | None = None, max_runs: int | None = None) -> None:
     """``runs`` requests one after another into ``record``; with a ``precision``, more (up to ``max_runs``)
     until the median decode rate is known that well (``precision_reached``). On a server error the runs
-    finished so far stay in the record beside the error, and WorkloadInterrupted carries it up."""
-    before = engine.spec_counters(request.model)
+    finished so far stay in the record beside the error, and WorkloadInterrupted carries it up; on Ctrl-C
+    likewise, marked interrupted, in RunsInterrupted."""
     cap = runs if precision is None else max(runs, max_runs or runs)
     shown = str(runs) if precision is None else f"{runs}..{cap}"
+    try:
+        _runs(engine, request, runs, cap, shown, record, log, label, precision)
+    except KeyboardInterrupt as e:
+        record.errors.append(f"interrupted (Ctrl-C) with {len(record.runs)} of {shown} {label.lower()}s finished")
+        record.spec = spec_from_runs(record.runs)
+        raise RunsInterrupted([record]) from e
+
+
+def _runs(engine: Engine, request: ChatRequest, runs: int, cap: int, shown: str, record: AliasRecord, log: Log,
+          label: str, precision: float | None) -> None:
+    before = engine.spec_counters(request.model)
     with recording(record):
         for i in range(cap):
             try:
