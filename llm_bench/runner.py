@@ -187,7 +187,9 @@ def provenance(plan: Plan, engine: Engine, nvml: Nvml, started_at: datetime) -> 
         "gpu_driver": nvml.driver_version(),
         "gpus": gpus,
         "nvml_unavailable": None if nvml.available else nvml.unavailable,
-        "protocol": plan.protocol.to_toml(),
+        # how this engine makes every measured request process its whole prompt
+        "protocol": plan.protocol.to_toml() | ({} if plan.protocol.prompt_cache
+                                               else {"cold_prompt": engine.cold_prompt}),
     }
 
 

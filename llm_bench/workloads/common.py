@@ -66,19 +66,26 @@ def reused_prompt(run: RunRecord) -> bool:
 PROMPT_CACHE_NOTE = "prompt cache on (asked for): TTFT and prompt t/s time the server's cache hits"
 
 
-def check_prompt_reuse(record: AliasRecord, run: RunRecord, request: ChatRequest, label: str) -> None:
-    """A run that timed a cache hit says so in the record (and so in the table's Notes): a warning when
-    cold prompts were asked for, a note when the cache was."""
-    if not reused_prompt(run):
+# What marks the cold-prompt warning, so a later run updates it instead of adding another.
+COLD_REUSE = "from its cache although cold prompts were asked for"
+
+
+def check_prompt_reuse(record: AliasRecord, request: ChatRequest) -> None:
+    """Runs that timed a cache hit say so in the record (and so in the table's Notes), once however many did:
+    a warning with their count when cold prompts were asked for, a note when the cache was."""
+    reused = [run for run in record.runs if reused_prompt(run)]
+    if not reused:
         return
     if request.prompt_cache:
         if PROMPT_CACHE_NOTE not in record.warnings:
             record.warnings.append(PROMPT_CACHE_NOTE)
         return
+    most = max(reused, key=lambda run: run.cache_n or 0)
+    record.warnings[:] = [w for w in record.warnings if COLD_REUSE not in w]
     record.warnings.append(
-        f"{label}: the server reused {run.cache_n} of {run.prompt_tokens} prompt tokens from its cache although "
-        "cold prompts were asked for, so its TTFT and prompt t/s time a cache hit (does the server ignore "
-        "cache_prompt / cache_salt?)")
+        f"{len(reused)} of {len(record.runs)} measured requests: the server reused up to {most.cache_n} of "
+        f"{most.prompt_tokens} prompt tokens {COLD_REUSE}, so their TTFT and prompt t/s time a cache hit "
+        "(does the server ignore cache_prompt / cache_salt?)")
 
 
 def run_record(m: StreamMeasurement, engine_kind: str) -> RunRecord:
@@ -187,7 +194,7 @@ def _runs(engine: Engine, request: ChatRequest, runs: int, cap: int, shown: str,
             record.runs.append(run)
             log(f"  {label} {i + 1}/{shown}: {describe_run(run)}")
             check_length(record, run, request.max_tokens)
-            check_prompt_reuse(record, run, request, f"{label.lower()} {i + 1}")
+            check_prompt_reuse(record, request)
             if precision is not None and i + 1 >= runs and precision_met(record, precision, i + 1 == cap, log):
                 break
     after = engine.spec_counters(request.model)
