@@ -155,6 +155,7 @@
               tomli-w
               matplotlib
               gguf
+              tqdm
               pytest
               pyyaml
             ]

@@ -59,3 +59,54 @@ def test_a_chart_of_a_quality_only_file_says_why_there_is_none(quality_file, tmp
     assert result.exit_code == 2
     assert "no speed workload (standard, categories) was measured" in result.output
     assert "every alias failed" not in result.output  # none did
+
+
+QUALITY_STEPS = ["agreement code", "agreement prose", "agreement json", "question arithmetic",
+                 "question json-value", "question code-output", "question unit-conversion"]
+
+
+def test_the_quality_workload_prints_a_line_per_request_when_not_on_a_terminal(quality_file):
+    """CliRunner's stderr is no terminal: plain progress lines, n/N and the time left as every progress line."""
+    _, result = quality_file
+    steps = [line for line in result.stderr.splitlines() if line.startswith("  Quality ")]
+    # per alias: the 3 agreement prompts, the 4 questions, the recall probes (2 lengths x 3 depths by default)
+    probes = [f"recall {n} tokens at depth {d}" for n in (8192, 32768) for d in ("0.1", "0.5", "0.9")]
+    for alias_steps in (steps[:13], steps[13:]):
+        assert [line.split(": ", 1)[1] for line in alias_steps] == QUALITY_STEPS + probes
+        assert alias_steps[0].startswith("  Quality 1/13: ")
+        assert all(line.startswith(f"  Quality {i}/13, about ") for i, line in enumerate(alias_steps[1:], 2))
+    assert len(steps) == 26
+
+
+def test_the_quality_workload_draws_a_live_bar_on_a_terminal(router, tmp_path):
+    """A real `llm-bench run` with its stderr on a pseudo-terminal: the bar redraws in place (carriage
+    returns), and the plain per-step lines are not printed."""
+    import os
+    import pty
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    main_fd, terminal_fd = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "llm_bench", "run", "--url", router.url, "--alias", "tiny-plain", "--workload",
+         "quality", "--output-dir", str(tmp_path)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=terminal_fd, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "COLUMNS": "160"})
+    os.close(terminal_fd)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main_fd, 65536)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(main_fd)
+    assert process.wait(timeout=300) == 0
+    text = b"".join(chunks).decode(errors="replace")
+    assert "\r  Quality " in text  # redrawn in place
+    assert "/13 " in text and "about" in text
+    assert "  Quality 1/13: " not in text  # no plain lines on a terminal
+    assert "quality: 3 greedy answers" in text  # the summary after the bar
