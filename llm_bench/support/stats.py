@@ -91,18 +91,12 @@ def t_quantile(p: float, df: int) -> float:
 
 @dataclass(frozen=True)
 class Slope:
-    """A least-squares slope with its ``confidence`` interval [low, high] and the fit's R^2."""
+    """A least-squares slope with its confidence interval [low, high] and the fit's R^2."""
 
     slope: float
     low: float
     high: float
     r2: float
-    intercept: float
-
-    @property
-    def beyond_noise(self) -> bool:
-        """The interval excludes 0: the points rise (or fall) by more than their scatter explains."""
-        return self.low > 0.0 or self.high < 0.0
 
 
 def slope_interval(xs: Sequence[float], ys: Sequence[float], confidence: float = CONFIDENCE) -> Slope | None:
@@ -111,11 +105,11 @@ def slope_interval(xs: Sequence[float], ys: Sequence[float], confidence: float =
     n = len(xs)
     if n < 3 or len(set(xs)) < 2:
         return None
-    slope, intercept = statistics.linear_regression(xs, ys)
+    slope, _ = statistics.linear_regression(xs, ys)
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     sxx = sum((x - mx) ** 2 for x in xs)
     syy = sum((y - my) ** 2 for y in ys)
     residual = max(syy - slope * slope * sxx, 0.0)  # the sum of squared residuals of the fitted line
     half = t_quantile(0.5 + confidence / 2.0, n - 2) * math.sqrt(residual / (n - 2) / sxx)
     r2 = 1.0 if syy == 0 else min(slope * slope * sxx / syy, 1.0)
-    return Slope(slope, slope - half, slope + half, r2, intercept)
+    return Slope(slope, slope - half, slope + half, r2)
