@@ -39,7 +39,7 @@ def progress(n: int, total: int, finished: Sequence[float]) -> str:
 class Steps:
     """Progress through ``total`` steps of one piece of work. On a terminal a live bar (tqdm) on
     ``stream``; otherwise one line per step through ``log``, as every progress line reads:
-    ``  Quality 3/13, about 40 s left: question capital``. ``step(name)`` before each step."""
+    ``  Quality 4/13, about 40 s left: question arithmetic``. ``step(name)`` before each step."""
 
     def __init__(self, what: str, total: int, log: Callable[[str], None], stream: TextIO | None = None):
         self.what, self.total, self._log = what, total, log
@@ -47,7 +47,8 @@ class Steps:
         self.finished: list[float] = []
         self._started: float | None = None
         self._stream = stream if stream is not None else sys.stderr
-        self._bar = tqdm(total=total, desc=f"  {what}", file=self._stream, leave=False, disable=not self._stream.isatty(),
+        self._bar = tqdm(total=total, desc=f"  {what}", file=self._stream, leave=False,
+                         disable=not self._stream.isatty(),
                          bar_format="{desc} {n_fmt}/{total_fmt} {bar:24} {elapsed}, about {remaining} left{postfix}")
 
     def __enter__(self) -> Steps:
