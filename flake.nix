@@ -165,6 +165,7 @@
               tomli-w
               matplotlib
               gguf
+              tqdm
               pytest
               pyyaml
             ]

@@ -15,6 +15,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
+import httpx
+
 from llm_bench.engines import ENGINES
 
 DEFAULT_PROMPT = "code"
@@ -119,6 +121,27 @@ def _out_of_range(value: Any, meta: Any) -> str | None:
     return None
 
 
+def url_problem(value: str, path_ok: bool = False) -> str | None:
+    """What is wrong with a server URL (None: nothing): it must parse, be http:// or https:// and name a host.
+    ``path_ok``: a path on the server itself ("/metrics") will do too."""
+    if path_ok and value.startswith("/"):
+        return None
+    try:
+        url = httpx.URL(value)
+    except httpx.InvalidURL as e:
+        return f"it does not parse: {e}"
+    if url.scheme not in ("http", "https") or not url.host:
+        return "it needs http:// or https:// and a host, e.g. http://127.0.0.1:48123"
+    return None
+
+
+def check_url(value: str | None, name: str, path_ok: bool = False) -> None:
+    """A PlanError naming ``name`` (a plan key or a flag) and the value, for a URL no request could go to."""
+    problem = None if value is None else url_problem(value, path_ok)
+    if problem is not None:
+        raise PlanError(f"{name} is not a usable URL: {value!r} ({problem})")
+
+
 def check_fields(obj: Any) -> None:
     """Check (and normalise in place) every field of a frozen dataclass against its type hint and range;
     the message names the field, the value and what is allowed."""
@@ -136,6 +159,8 @@ def check_fields(obj: Any) -> None:
             shown = f"{value!r}" if not isinstance(value, (list, tuple)) else f"{list(value)!r}"
             each = " (each)" if isinstance(normalised, tuple) else ""
             raise PlanError(f"{f.name} must be {allowed}{each}, not {shown}")
+        if "url" in f.metadata:  # {"url": "server"}, or {"url": "server or path"} where a path on it will do
+            check_url(normalised, f.name, path_ok=f.metadata["url"] == "server or path")
         object.__setattr__(obj, f.name, normalised)
 
 
@@ -267,14 +292,14 @@ CHECK_KEYS = {f.name for f in fields(Checks)}
 
 @dataclass(frozen=True)
 class Plan:
-    url: str = DEFAULT_URL
+    url: str = field(default=DEFAULT_URL, metadata={"url": "server"})
     aliases: tuple[str, ...] = ()  # empty: every preset the router lists
     label: str = ""
     output_dir: Path = Path("results")
     protocol: Protocol = Protocol()
     engine: str = "llama-cpp"
     api_key: ApiKeySource = ApiKeySource()
-    metrics_url: str | None = None  # default: the server's /metrics
+    metrics_url: str | None = field(default=None, metadata={"url": "server or path"})  # default: the server's /metrics
     # Send the API key to a metrics_url on another origin too (on the server's own it always goes).
     metrics_key: bool = False
     checks: Checks = Checks()

@@ -10,6 +10,7 @@ import platform
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
+from pathlib import Path
 
 from llm_bench import __version__
 from llm_bench.engines.errors import ServerError, ServerUnreachable
@@ -22,7 +23,7 @@ from llm_bench.results import FORMAT, AliasRecord, ResultSet, ResultsWriter, res
 from llm_bench.gpu.telemetry import sampling
 from llm_bench.support.progress import progress
 from llm_bench.workloads import RUNNERS
-from llm_bench.workloads.common import WorkloadInterrupted, chat_request, derive
+from llm_bench.workloads.common import RunsInterrupted, WorkloadInterrupted, chat_request, derive
 
 Log = Callable[[str], None]
 
@@ -38,6 +39,22 @@ class AliasUnreachable(Exception):
         super().__init__(str(cause))
         self.cause = cause
         self.records = records
+
+
+class AliasInterrupted(KeyboardInterrupt):
+    """Ctrl-C while an alias was measured; ``records`` hold what was measured of it (finished runs kept)."""
+
+    def __init__(self, records: list[AliasRecord]):
+        super().__init__()
+        self.records = records
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run; everything measured, the interrupted alias's finished runs too, is in ``path``."""
+
+    def __init__(self, path: Path):
+        super().__init__()
+        self.path = path
 
 
 def describe_vram(reading: VramReading) -> str:
@@ -63,9 +80,32 @@ def check_vram(record: AliasRecord, reading: VramReading, protocol: Protocol) ->
 
 def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Log,
                   target: str = "") -> list[AliasRecord]:
-    """Every workload of the protocol for one alias; a failure ends the alias, not the run."""
+    """Every workload of the protocol for one alias; a failure ends the alias, not the run. Ctrl-C ends it
+    with AliasInterrupted carrying what was measured (the finished runs of the workload it stopped too)."""
     base = AliasRecord(alias=alias, target=target, engine=engine.kind, decode_source=engine.decode_source)
     records: list[AliasRecord] = []
+    stop: KeyboardInterrupt | None = None
+    try:
+        _measure(engine, alias, protocol, nvml, log, base, records)
+    except KeyboardInterrupt as e:
+        records.extend(e.records if isinstance(e, RunsInterrupted) else [])
+        stop = e
+    finally:
+        if protocol.unload_after:
+            try:
+                unloaded = _release(engine, alias, records or [base], log)
+            except KeyboardInterrupt as e:  # Ctrl-C (again) during the unload: leave it, keep what was measured
+                stop, unloaded = stop or e, None
+            for record in records or [base]:
+                record.unloaded_after = unloaded
+    if stop is not None:
+        raise AliasInterrupted(records) from stop
+    return records or [base]
+
+
+def _measure(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Log, base: AliasRecord,
+             records: list[AliasRecord]) -> None:
+    """measure_alias's steps, each workload's records added to ``records`` as it finishes."""
     workload = "standard"
     try:
         cold = engine.make_cold(alias)
@@ -76,7 +116,7 @@ def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, lo
             log(f"  NOT COMPARABLE: {base.not_comparable_reason}")
             if protocol.strict:
                 base.errors.append(f"not measured (--strict): {base.not_comparable_reason}")
-                return [base]
+                return
 
         warmup, transitions = engine.warm_up(chat_request(alias, protocol, protocol.prompt))
         if warmup.ttft_s is None:
@@ -97,7 +137,7 @@ def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, lo
         records.extend(e.records)
         log(f"  FAILED: {e}")
         if isinstance(e.cause, ServerUnreachable):
-            raise AliasUnreachable(e.cause, records) from e.cause
+            raise AliasUnreachable(e.cause, list(records)) from e.cause
     except ServerUnreachable as e:
         failed = derive(base, workload=workload)
         failed.errors.append(str(e))
@@ -112,12 +152,6 @@ def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, lo
         failed.errors.append(f"llm-bench failed unexpectedly ({type(e).__name__}: {e}); please report this")
         records.append(failed)
         log(f"  FAILED: {failed.errors[-1]}")
-    finally:
-        if protocol.unload_after:
-            unloaded = _release(engine, alias, records or [base], log)
-            for record in records or [base]:
-                record.unloaded_after = unloaded
-    return records or [base]
 
 
 def _release(engine: Engine, alias: str, records: list[AliasRecord], log: Log) -> bool | None:
@@ -157,7 +191,9 @@ def provenance(plan: Plan, engine: Engine, nvml: Nvml, started_at: datetime) -> 
         "gpu_driver": nvml.driver_version(),
         "gpus": gpus,
         "nvml_unavailable": None if nvml.available else nvml.unavailable,
-        "protocol": plan.protocol.to_toml(),
+        # how this engine makes every measured request process its whole prompt
+        "protocol": plan.protocol.to_toml() | ({} if plan.protocol.prompt_cache
+                                               else {"cold_prompt": engine.cold_prompt}),
     }
 
 
@@ -178,21 +214,28 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
                                    results_stem(started_at, plan.label or "run"))
             log(f"Results: {writer.path}")
             durations: list[float] = []
-            for n, alias in enumerate(aliases, 1):
-                log(f"Benchmark {progress(n, len(aliases), durations)}: {alias}")
-                t0 = time.perf_counter()
-                checks = InRunChecks(gpus, log, plan.checks, early.get(alias, ()))
-                checks.start()
-                try:
-                    with sampling(gpus):
-                        records = measure_alias(engine, alias, protocol, gpus, log, target=target or plan.label)
-                    checks.finish(records)
-                except AliasUnreachable as e:
-                    writer.extend(e.records)
-                    raise RunAborted(f"{e}; results so far are in {writer.path}") from e.cause
-                writer.extend(records)
-                durations.append(time.perf_counter() - t0)
-                log(f"  done in {durations[-1]:.1f} s")
+            measured: list[AliasRecord] = []  # the alias's records until they are written
+            try:
+                for n, alias in enumerate(aliases, 1):
+                    log(f"Benchmark {progress(n, len(aliases), durations)}: {alias}")
+                    t0 = time.perf_counter()
+                    checks = InRunChecks(gpus, log, plan.checks, early.get(alias, ()))
+                    checks.start()
+                    try:
+                        with sampling(gpus):
+                            measured = measure_alias(engine, alias, protocol, gpus, log,
+                                                     target=target or plan.label)
+                        checks.finish(measured)
+                    except AliasUnreachable as e:
+                        writer.extend(e.records)
+                        raise RunAborted(f"{e}; results so far are in {writer.path}") from e.cause
+                    done, measured = measured, []  # in the set before the file, so a Ctrl-C here writes them once
+                    writer.extend(done)
+                    durations.append(time.perf_counter() - t0)
+                    log(f"  done in {durations[-1]:.1f} s")
+            except KeyboardInterrupt as e:  # the alias it was on keeps its finished runs, marked interrupted
+                writer.extend(e.records if isinstance(e, AliasInterrupted) else measured)
+                raise RunInterrupted(writer.path) from e
             writer.finish(datetime.now(timezone.utc))
     finally:
         engine.close()

@@ -34,6 +34,7 @@ from llm_bench.plan import (
     Plan,
     PlanError,
     Protocol,
+    check_url,
     protocol_from_mapping,
 )
 from llm_bench.runner import RunAborted, run_plan
@@ -108,6 +109,7 @@ def _target(data: dict[str, Any], relative_to: Path) -> Target:
     key_file = data.get("api_key_file")
     values["api_key"] = ApiKeySource(None if key_file is None else relative_to / key_file, data.get("api_key_env"))
     target = Target(**values)
+    check_url(target.url, f"target {name!r}: url")
     if target.engine == "openai":
         missing = [k for k in ("url", "up_command", "down_command") if not getattr(target, k)]
         if missing:
@@ -124,6 +126,7 @@ def sweep_plan_from_mapping(data: dict[str, Any], relative_to: Path) -> SweepPla
     targets = tuple(_target(t, relative_to) for t in data.get("targets", []))
     if not targets:
         raise PlanError("sweep plan: no [[targets]]; name at least one specialisation or engine")
+    check_url(data.get("url", DEFAULT_URL), "sweep plan: url")
     names = [t.name for t in targets]
     if len(set(names)) != len(names):
         raise PlanError(f"sweep plan: target names must be unique, got {', '.join(names)}")

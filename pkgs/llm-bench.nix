@@ -21,6 +21,7 @@ python3Packages.buildPythonApplication {
     tomli-w
     matplotlib
     gguf # the demo's tiny models
+    tqdm # the live progress bar on a terminal
   ];
 
   # The test suite needs a real llama-server (built from source, ~15 min); the NixOS VM

@@ -44,3 +44,13 @@ def test_the_random_drafter_copies_smollm2s_vocabulary(smollm2: Path, bed: Path)
                 "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.pre"):
         assert drafter.fields[key].contents() == target.fields[key].contents(), key
     assert drafter.fields["llama.block_count"].contents() == 1  # a tiny random model, not a copy
+
+
+def test_the_demos_default_runs_are_enough_for_a_verdict():
+    """With the demo's default run count on each side the exact interval reaches the verdict's minimum
+    coverage: clearly separated runs get "slower", not "too few runs" (what every row said with 2 runs)."""
+    from llm_bench.report.verdict import SLOWER, verdict
+
+    runs = DEMO_PROTOCOL.runs
+    result = verdict([10.0 + 0.1 * i for i in range(runs)], [20.0 + 0.1 * i for i in range(runs)])
+    assert result.kind == SLOWER, result

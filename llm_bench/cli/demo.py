@@ -24,7 +24,8 @@ from llm_bench.testbed.router import RouterStartError
 def demo(output_dir, **flags) -> None:
     """Build or find a CPU llama-server, serve SmolLM2-135M under several presets, measure speed and quality.
 
-    Defaults sized for 2 cores: 128 output tokens, 2 runs, the standard and quality workloads."""
+    Defaults sized for 2 cores: 128 output tokens, 3 runs (the fewest for a verdict), the standard and
+    quality workloads."""
     try:
         out = run_demo(output_dir, apply_protocol_flags(DEMO_PROTOCOL, flags), log)
     except RunAborted as e:

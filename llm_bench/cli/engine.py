@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from llm_bench.cli.exits import CouldNotRun, RanWithFailures
-from llm_bench.cli.options import api_key_source, log
+from llm_bench.cli.options import URL, api_key_source, log
 from llm_bench.engines.errors import ServerError
 from llm_bench.plan import ApiKeySource, PlanError
 from llm_bench.engines.switch import (
@@ -70,13 +70,13 @@ def switch_options(f):
         click.option("--profile", default=HYPERQWEN_PROFILE, show_default=True, help="Compose profile: single or batch."),
         click.option("--up-command", help="Replace the whole start command (run by the shell in --dir)."),
         click.option("--down-command", help="Replace the whole stop command (run by the shell in --dir)."),
-        click.option("--url", default=HYPERQWEN_URL, show_default=True, help="HyperQwen's OpenAI API."),
+        click.option("--url", type=URL, default=HYPERQWEN_URL, show_default=True, help="HyperQwen's OpenAI API."),
         click.option("--model", default=HYPERQWEN_MODEL, show_default=True,
                      help="Served model name for the readiness completion ('' = first of /v1/models)."),
         click.option("--api-key-file", type=click.Path(dir_okay=False, path_type=Path),
                      help=f"File holding the bearer key (default: ${API_KEY_ENV}, else {API_KEY_ENV} in the env file)."),
         click.option("--api-key-env", help="Environment variable holding the bearer key (instead of --api-key-file)."),
-        click.option("--router-url", default=DEFAULT_ROUTER_URL, show_default=True, help="The llama.cpp router."),
+        click.option("--router-url", type=URL, default=DEFAULT_ROUTER_URL, show_default=True, help="The llama.cpp router."),
         click.option("--free-gpu", "free_mode", type=click.Choice(["unload", "service", "none"]), default="unload",
                      show_default=True,
                      help="unload: unload the router's models through its API; service: stop/start its service."),

@@ -15,7 +15,9 @@ import click
 
 from llm_bench.cli.exits import CouldNotRun
 from llm_bench.engines import DEFAULT_STREAMS, ENGINES, Engine, open_engine
-from llm_bench.plan import DEFAULT_URL, WORKLOADS, ApiKeySource, PlanError, Protocol, protocol_from_mapping
+from llm_bench.plan import (
+    DEFAULT_URL, WORKLOADS, ApiKeySource, PlanError, Protocol, protocol_from_mapping, url_problem,
+)
 
 DEFAULTS = Protocol()
 
@@ -48,6 +50,30 @@ def list_option(*names: str, **kwargs: Any):
     return click.option(*names, multiple=True, callback=_list_callback, **kwargs)
 
 
+class UrlParam(click.ParamType):
+    """A server URL, checked before anything starts: one no request could go to is a usage error (exit 2)
+    naming the flag and the value. ``path_ok``: a path on the server (/metrics) will do; ``off``: words
+    that mean "no server" (tune's --main-url none)."""
+
+    name = "url"
+
+    def __init__(self, path_ok: bool = False, off: tuple[str, ...] = ()):
+        self.path_ok = path_ok
+        self.off = off
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if text.strip().lower() in self.off:
+            return text
+        problem = url_problem(text, self.path_ok)
+        if problem is not None:
+            self.fail(f"{text!r} is not a usable URL ({problem})", param, ctx)
+        return text
+
+
+URL = UrlParam()
+
+
 def apply(f, options):
     for option in reversed(options):
         f = option(f)
@@ -57,13 +83,13 @@ def apply(f, options):
 def server_options(f):
     """Where the server is and how to reach it; every command that talks to a server takes these."""
     return apply(f, [
-        click.option("--url", help=f"Server URL (default {DEFAULT_URL})."),
+        click.option("--url", type=URL, help=f"Server URL (default {DEFAULT_URL})."),
         click.option("--engine", type=click.Choice(ENGINES),
                      help="llama-cpp: a llama.cpp router (default); openai: any OpenAI-compatible server."),
         click.option("--api-key-file", type=click.Path(dir_okay=False, path_type=Path),
                      help="Read a Bearer API key from this file's first line (never written to results or logs)."),
         click.option("--api-key-env", help="Read a Bearer API key from this environment variable."),
-        click.option("--metrics-url", help="Prometheus metrics of an OpenAI engine (default: URL/metrics)."),
+        click.option("--metrics-url", type=UrlParam(path_ok=True), help="Prometheus metrics of an OpenAI engine (default: URL/metrics)."),
         click.option("--metrics-key", is_flag=True, default=None,
                      help="Send the API key to a --metrics-url on another host too (on the server's own it always goes)."),
     ])

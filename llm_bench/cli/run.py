@@ -12,7 +12,7 @@ from llm_bench.cli.options import api_key_source, apply_protocol_flags, list_opt
 from llm_bench.engines.errors import ServerError
 from llm_bench.plan import Checks, Plan, PlanError, load_plan_file, plan_from_mapping
 from llm_bench.report import load_rows, markdown_table
-from llm_bench.runner import RunAborted, run_plan
+from llm_bench.runner import RunAborted, RunInterrupted, run_plan
 
 
 @click.command()
@@ -54,8 +54,14 @@ def run(url, plan_file, metrics_key, aliases, label, output_dir, engine, api_key
         raise Aborted(str(e)) from e
     except (PlanError, ServerError) as e:
         raise CouldNotRun(str(e)) from e
+    except RunInterrupted as e:
+        rows = load_rows([e.path])
+        if rows:  # what was measured, the interrupted alias's finished runs too
+            click.echo(markdown_table(rows))
+        raise Interrupted(f"interrupted; everything measured, with the finished runs of the alias it was on, "
+                          f"is in {e.path}") from None
     except KeyboardInterrupt:
-        raise Interrupted("interrupted; every alias measured before is in the results file named at the start") from None
+        raise Interrupted("interrupted before anything was measured") from None
     log(f"Results written to {writer.path}")
     rows = load_rows([writer.path])
     click.echo(markdown_table(rows))

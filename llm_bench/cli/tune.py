@@ -9,7 +9,9 @@ from pathlib import Path
 import click
 
 from llm_bench.cli.exits import Aborted, CouldNotRun, Interrupted
-from llm_bench.cli.options import api_key_source, apply_protocol_flags, list_option, log, protocol_options
+from llm_bench.cli.options import (
+    URL, UrlParam, api_key_source, apply_protocol_flags, list_option, log, protocol_options,
+)
 from llm_bench.engines.errors import ServerError
 from llm_bench.plan import ApiKeySource, PlanError
 from llm_bench.runner import RunAborted
@@ -32,10 +34,10 @@ def _interrupt(_signum, _frame) -> None:
 @click.option("--axis", "axes", multiple=True, metavar="KEY=V1,V2",
               help="An axis to vary (repeatable); KEY may join keys set together: "
                    "--axis cache-type-k+cache-type-v=f16,q8_0,q4_0. The first value makes the control.")
-@click.option("--url", help="Measure presets an existing router already serves instead of serving a grid.")
+@click.option("--url", type=URL, help="Measure presets an existing router already serves instead of serving a grid.")
 @list_option("--preset", "presets", help="With --url: the presets to compare.")
 @click.option("--control", help="With --url: the control preset (default: the first --preset).")
-@click.option("--main-url", help="The machine's router, whose models are unloaded first and loaded again "
+@click.option("--main-url", type=UrlParam(off=("", "none")), help="The machine's router, whose models are unloaded first and loaded again "
                                  "after ('none' to leave it alone; default http://127.0.0.1:48123).")
 @click.option("--api-key-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Read the machine's router's Bearer API key (for --url and --main-url) from this file's first "

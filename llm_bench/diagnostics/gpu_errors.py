@@ -71,6 +71,7 @@ class GpuErrorWatch:
     unavailable: list[str] = field(default_factory=list)  # why a source could not be watched
     _mark: int = 0
     _watch: XidWatch | None = None
+    _log_read: bool = False  # the kernel log's last reading succeeded
     events: list[XidEvent] = field(default_factory=list)
 
     def start(self) -> None:
@@ -96,10 +97,17 @@ class GpuErrorWatch:
             reason = f"kernel log {self.log.describe()}: {e}"
             if reason not in self.unavailable:
                 self.unavailable.append(reason)
+            self._log_read = False
             return []
+        self._log_read = True
         if (self.log.file is not None or self.log.command) and len(text) >= self._mark:
             text = text[self._mark:]
         return xid_lines(text, self.started)
+
+    def watched(self) -> list[str]:
+        """The sources that were read (after ``stop()``): an empty list means no GPU error could have been seen."""
+        return ([self.log.describe()] if self._log_read else []) + \
+            (["NVML Xid events"] if self._watch is not None and not self._watch.unavailable else [])
 
     def stop(self) -> tuple[list[XidLine], list[XidEvent]]:
         self.poll()

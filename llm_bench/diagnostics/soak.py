@@ -7,9 +7,12 @@ take (no vision, no thinking in its chat template) is skipped and the reason rec
 request records when it started, its kind, TTFT, decode t/s, and success or the kind of failure;
 VRAM is read after each. Restarts (the router's model instances, systemd's counter for the unit,
 a container's restart count) and new GPU errors (Xid lines in the kernel log, NVML's critical Xid
-events) are counted over the whole soak. Drift is the least-squares slope over time (per minute)
-of decode t/s, TTFT and VRAM; VRAM that keeps growing (a positive slope that explains most of the
-variance and adds up to more than a threshold over the run) is flagged as a possible leak.
+events) are counted over the whole soak; where no source of them could be read, the soak says they were
+not watched instead of counting 0. Drift is the least-squares slope over time (per minute) of decode
+t/s, TTFT and VRAM with its 95 % confidence interval; only a slope whose interval excludes 0 is drift
+beyond noise, and only such a slope is reported as drift or flagged: VRAM that keeps growing (a
+positive slope that explains most of the variance and adds up to more than a threshold over the run)
+as a possible leak, decode slowing or TTFT growing steadily.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from llm_bench.plan import shipped_prompt
 from llm_bench.results import Tail, tail_of
 from llm_bench.support.fanout import fan_out
 from llm_bench.support.plotting import figure
+from llm_bench.support.stats import CONFIDENCE, slope_interval
 from llm_bench.workloads.common import long_prompt, run_record
 
 Log = Callable[[str], None]
@@ -101,9 +105,16 @@ class Trend:
     first: float
     last: float
     change: float  # fitted change over the run
+    slope_low_per_min: float  # the slope's 95 % confidence interval
+    slope_high_per_min: float
+
+    @property
+    def beyond_noise(self) -> bool:
+        """The slope's interval excludes 0: a drift the scatter of the points does not explain."""
+        return self.slope_low_per_min > 0.0 or self.slope_high_per_min < 0.0
 
     def to_toml(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return dict(self.__dict__) | {"confidence": CONFIDENCE, "beyond_noise": self.beyond_noise}
 
 
 @dataclass
@@ -119,6 +130,7 @@ class SoakResult:
     unwatched: list[str] = field(default_factory=list)  # restart or GPU-error sources that could not be read
     gpu_errors: list[str] = field(default_factory=list)  # one line per new Xid finding (kernel log or NVML)
     gpu_error_count: int = 0
+    gpu_errors_watched: bool = False  # False: no source of GPU errors could be read, so none were counted
 
     @property
     def failures(self) -> dict[str, int]:
@@ -170,7 +182,9 @@ class SoakResult:
             "failures": self.failures, "failures_by_kind": self.failures_by_kind,
             "restarts": self.restart_count,
             "restart_sources": [r.__dict__ for r in self.restarts], "unwatched": self.unwatched,
-            "new_gpu_errors": self.gpu_error_count, "gpu_errors": self.gpu_errors,
+            # TOML has no null: a count nothing was watched for is left out, never written as 0
+            **({"new_gpu_errors": self.gpu_error_count} if self.gpu_errors_watched else {}),
+            "gpu_errors": self.gpu_errors,
             "ttft_ms": self.percentiles("ttft_ms"), "decode_tps": self.percentiles("decode_tps"),
             "latency_s": self.percentiles("wall_s"),
             "trends": [t.to_toml() for t in self.trends], "warnings": self.warnings,
@@ -196,20 +210,15 @@ def classify(error: ServerError) -> str:
 
 
 def trend(metric: str, points: Sequence[tuple[float, float]]) -> Trend | None:
-    """Least-squares line through (seconds, value); slope reported per minute."""
-    if len(points) < 3:
-        return None
+    """Least-squares line through (seconds, value) with the slope's 95 % interval; slopes reported per minute."""
     xs = [p[0] for p in points]
     ys = [p[1] for p in points]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    if sxx == 0:
+    fit = slope_interval(xs, ys)
+    if fit is None:
         return None
-    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
-    syy = sum((y - my) ** 2 for y in ys)
-    r2 = 1.0 if syy == 0 else (slope * slope * sxx) / syy
     span = max(xs) - min(xs)
-    return Trend(metric, len(points), slope * 60.0, r2, ys[0], ys[-1], slope * span)
+    return Trend(metric, len(points), fit.slope * 60.0, fit.r2, ys[0], ys[-1], fit.slope * span,
+                 fit.low * 60.0, fit.high * 60.0)
 
 
 def analyse(result: SoakResult, leak_mib: float = LEAK_MIB) -> None:
@@ -220,7 +229,7 @@ def analyse(result: SoakResult, leak_mib: float = LEAK_MIB) -> None:
         t = trend(metric, points)
         if t is not None:
             result.trends.append(t)
-    for t in result.trends:
+    for t in (t for t in result.trends if t.beyond_noise):
         if t.metric == "vram_mib" and t.slope_per_min > 0 and t.r2 >= LEAK_R2 and t.change >= leak_mib:
             result.warnings.append(
                 f"POSSIBLE LEAK: VRAM grew steadily by {t.change:.0f} MiB over the run ({t.slope_per_min:.1f} MiB/min, "
@@ -332,6 +341,7 @@ def soak(engine: Engine, model: str, settings: SoakSettings, *, nvml: Nvml | Non
 def _count_gpu_errors(result: SoakResult, watch: GpuErrorWatch, nvml: Nvml | None) -> None:
     lines, events = watch.stop()
     result.unwatched += [f"GPU errors: {reason}" for reason in watch.unavailable]
+    result.gpu_errors_watched = bool(watch.watched())
     pci = nvml.pci_indexes() if nvml is not None else {}
     result.gpu_errors = [f.evidence for f in check_xid(lines, pci, watch.log.describe()) + check_xid_events(events)]
     # the kernel log and NVML report the same Xid twice; count what the fuller of the two saw
@@ -392,18 +402,32 @@ def _plural(n: int, word: str) -> str:
     return f"{n:,} {word}" + ("" if n == 1 else "s")
 
 
+def drift_text(result: SoakResult) -> str:
+    """The drift beyond noise, each slope with its interval; "no drift beyond noise" when none is."""
+    drifting = [t for t in result.trends if t.beyond_noise]
+    if not result.trends:
+        return ""
+    if not drifting:
+        return "no drift beyond noise"
+    words = DRIFT_WORDS
+    return "drift: " + ", ".join(
+        f"{words[t.metric][0]} {t.slope_per_min:+.2f} {words[t.metric][1]} per min "
+        f"(95 % CI {t.slope_low_per_min:+.2f} to {t.slope_high_per_min:+.2f})" for t in drifting)
+
+
 def headline(result: SoakResult) -> str:
-    """The report's sentence: requests and their kinds, failures, restarts, new GPU errors, drift."""
+    """The report's sentence: requests and their kinds, failures, restarts, new GPU errors, drift; what
+    was not watched is said so, never counted as 0."""
     kinds = [KIND_WORDS[k] for k in KINDS if result.counts_by_kind().get(k)]
     kinds_text = (", ".join(kinds[:-1]) + " and " + kinds[-1]) if len(kinds) > 1 else "".join(kinds)
     failed = sum(result.failures.values())
     restarts = str(result.restart_count) if result.restarts else "uncounted"
-    drift = ", ".join(f"{DRIFT_WORDS[t.metric][0]} {t.slope_per_min:+.2f} {DRIFT_WORDS[t.metric][1]} per min"
-                      for t in result.trends)
+    gpu = (f"{result.gpu_error_count} new GPU error{'' if result.gpu_error_count == 1 else 's'}"
+           if result.gpu_errors_watched else "GPU errors not watched")
+    drift = drift_text(result)
     return (f"{_plural(len(result.requests), 'mixed request')} ({kinds_text}) in {result.duration_s:.0f} s with "
-            f"{_plural(failed, 'failure')}, {restarts} restart{'' if restarts == '1' else 's'} and "
-            f"{result.gpu_error_count} new GPU error{'' if result.gpu_error_count == 1 else 's'}"
-            + (f"; drift: {drift}" if drift else "") + f" (stopped by {result.stopped_by}).")
+            f"{_plural(failed, 'failure')}, {restarts} restart{'' if restarts == '1' else 's'} and {gpu}"
+            + (f"; {drift}" if drift else "") + f" (stopped by {result.stopped_by}).")
 
 
 def markdown(result: SoakResult) -> str:
@@ -429,8 +453,11 @@ def markdown(result: SoakResult) -> str:
         if p:
             lines.append(f"| {label} | " + " | ".join(tail_cell(p[q]) for q in (50, 90, 99)) + " |")
     if result.trends:
-        lines += ["", "| Drift | slope per min | R^2 | first | last |", "|---|---|---|---|---|"]
-        lines += [f"| {t.metric} | {t.slope_per_min:+.3f} | {t.r2:.2f} | {t.first:.1f} | {t.last:.1f} |"
+        lines += ["", "| Drift | slope per min | 95 % CI | beyond noise | R^2 | first | last |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {t.metric} | {t.slope_per_min:+.3f} | {t.slope_low_per_min:+.3f} to "
+                  f"{t.slope_high_per_min:+.3f} | {'yes' if t.beyond_noise else 'no'} | {t.r2:.2f} | {t.first:.1f} | "
+                  f"{t.last:.1f} |"
                   for t in result.trends]
     if result.warnings:
         lines += [""] + [f"- {w}" for w in result.warnings]
@@ -455,7 +482,8 @@ def draw_soak_chart(result: SoakResult, path: Path, title: str | None = None) ->
                 mx = statistics.fmean(p[0] for p in pts)
                 my = statistics.fmean(p[1] for p in pts)
                 ax.plot([x0, x1], [my + slope * (x0 - mx), my + slope * (x1 - mx)], "--", color="#c53030",
-                        label=f"drift {t.slope_per_min:+.2f}/min (R^2 {t.r2:.2f})")
+                        label=f"slope {t.slope_per_min:+.2f}/min (95 % CI {t.slope_low_per_min:+.2f} to "
+                              f"{t.slope_high_per_min:+.2f}{'' if t.beyond_noise else ': within noise'})")
                 ax.legend(loc="upper right", fontsize=8)
             for x in bad:
                 ax.axvline(x, color="#e53e3e", alpha=0.3, linewidth=1)

@@ -12,10 +12,12 @@ from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 @runtime_checkable
 class Engine(Protocol):
     """A server llm-bench measures. ``kind`` names it in results; ``decode_source`` says where
-    the decode rate comes from (the server's timings or the client's clock)."""
+    the decode rate comes from (the server's timings or the client's clock); ``cold_prompt`` how it
+    makes the server process a whole prompt (recorded in results as meta.protocol.cold_prompt)."""
 
     kind: str
     decode_source: str
+    cold_prompt: str
     base_url: str
 
     def close(self) -> None: ...

@@ -14,6 +14,7 @@ from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 class LlamaCppEngine:
     kind = "llama-cpp"
     decode_source = "server timings"
+    cold_prompt = "cache_prompt = false"
 
     def __init__(self, url: str, timeout: float, api_key: str | None = None, load_timeout: float = 900.0,
                  streams: int = DEFAULT_STREAMS):

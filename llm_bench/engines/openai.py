@@ -27,6 +27,7 @@ from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 class OpenAIEngine:
     kind = "openai"
     decode_source = "stream"
+    cold_prompt = "a unique first line (nonce) and a unique cache_salt per request"
 
     def __init__(self, url: str, timeout: float, api_key: str | None = None, metrics_url: str | None = None,
                  streams: int = DEFAULT_STREAMS, metrics_key: bool = False):
@@ -56,10 +57,12 @@ class OpenAIEngine:
         return self.stream(request), []
 
     def stream(self, request: ChatRequest) -> StreamMeasurement:
-        # A salt no other request has: vLLM keys its prefix cache by it, so the fixed prompt text is
-        # processed whole every time (servers without cache_salt ignore the field).
-        extra = {} if request.prompt_cache else {"cache_salt": uuid.uuid4().hex}
-        return self.client.stream_chat(request, extra=extra)
+        if request.prompt_cache:
+            return self.client.stream_chat(request)
+        # Which server (or proxy) answers is unknown, and many ignore every cache switch (llama-server's /v1
+        # ignores cache_salt and caches by default): a first line no other request has leaves no prefix to
+        # reuse. The salt stays for vLLM, which keys its prefix cache by it.
+        return self.client.stream_chat(request.with_unique_start(), extra={"cache_salt": uuid.uuid4().hex})
 
     def complete(self, request: CompletionRequest) -> Completion:
         body = {**request.body(), "cache_salt": uuid.uuid4().hex}  # see stream(): no reused prefix

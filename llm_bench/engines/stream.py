@@ -9,8 +9,9 @@ from __future__ import annotations
 import codecs
 import json
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from httpx_sse import EventSource, SSEError
@@ -29,8 +30,14 @@ class ChatRequest:
     seed: int
     ignore_eos: bool = True
     # False: the server must process the whole prompt (no reuse of a cached prefix); how to ask for
-    # that is each engine's business (llama.cpp: cache_prompt; vLLM: a unique cache_salt).
+    # that is each engine's business (llama.cpp: cache_prompt; an OpenAI server: a unique first line).
     prompt_cache: bool = True
+
+    def with_unique_start(self) -> ChatRequest:
+        """This request with a first line no other request has ("Request 3f9c0a1b2d4e."), so no server can
+        reuse a cached prefix of its prompt beyond the chat template's opening tokens, whatever cache
+        switches it ignores."""
+        return replace(self, prompt=f"Request {uuid.uuid4().hex[:12]}.\n\n{self.prompt}")
 
     def body(self) -> dict[str, Any]:
         return {

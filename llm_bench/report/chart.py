@@ -23,7 +23,9 @@ def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, tit
     check_chart_path(path)
     measured = [r for r in sort_fastest_first(speed_rows(rows)) if r.decode_tps is not None]
     if not measured:
-        raise ChartError("no configuration has a decode rate to draw; every alias failed")
+        why = ("every alias failed" if speed_rows(rows) else
+               "no speed workload (standard, categories) was measured; the chart draws decode rates")
+        raise ChartError(f"no configuration has a decode rate to draw: {why}")
 
     height = max(2.5, 0.55 * len(measured) + 1.4)
     with figure(path, dpi=150, figsize=(10, height)) as (fig, ax):

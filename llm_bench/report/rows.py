@@ -177,7 +177,11 @@ def find_baseline(rows: Sequence[Row], baseline: str | None) -> Row | None:
     for row in candidates:
         if baseline == row.record.alias and row.record.workload == "standard":
             return row
-    names = ", ".join(r.configuration for r in candidates)
+    # measured with the quality workload only: its quality record is the reference the quality table needs
+    for row in rows:
+        if row.record.workload == "quality" and baseline in (row.configuration, row.record.alias):
+            return row
+    names = ", ".join(r.configuration for r in [*candidates, *(r for r in rows if r.record.workload == "quality")])
     raise ValueError(f"baseline {baseline!r} is not among the configurations: {names}")
 
 

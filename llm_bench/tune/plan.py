@@ -142,8 +142,10 @@ def tune_plan_from_mapping(data: dict[str, Any], relative_to: Path | None = None
 
 def check_scalars(plan: TunePlan) -> None:
     """The plain fields' types and ranges (the nested ones check themselves)."""
-    probe = _Scalars(plan.name, plan.screen_max_tokens, plan.finalists)
-    check_fields(probe)
+    try:
+        check_fields(_Scalars(plan.name, plan.screen_max_tokens, plan.finalists, plan.url, plan.main_url))
+    except PlanError as e:
+        raise PlanError(f"tune plan: {e}") from e
     if not isinstance(plan.base, dict):
         raise PlanError("tune plan: [base] must be a table of llama-server keys")
 
@@ -153,6 +155,8 @@ class _Scalars:
     name: str
     screen_max_tokens: int = field(metadata={"min": 2})
     finalists: int = field(metadata={"min": 1})
+    url: str | None = field(default=None, metadata={"url": "server"})
+    main_url: str | None = field(default=None, metadata={"url": "server"})
 
 
 def load_tune_plan(path: Path) -> TunePlan:

@@ -31,13 +31,13 @@ from typing import Any
 
 from llm_bench import __version__
 from llm_bench.engines import open_engine
-from llm_bench.engines.errors import ServerError, ServerUnreachable
+from llm_bench.engines.errors import ServerError
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.gpu.telemetry import sampling
 from llm_bench.plan import Protocol
 from llm_bench.report.verdict import FASTER, SLOWER, Verdict, verdict
 from llm_bench.results import FORMAT, AliasRecord, ResultSet, ResultsFileError, ResultsWriter, load_results
-from llm_bench.runner import RunAborted, measure_alias
+from llm_bench.runner import AliasUnreachable, RunAborted, measure_alias
 from llm_bench.tune.grid import Candidate
 from llm_bench.tune.plan import TunePlan
 from llm_bench.report.quality import Agreement, accuracy, agreement, recall_share
@@ -230,9 +230,11 @@ class Tuner:
         try:
             with sampling(self.gpus):
                 records = measure_alias(self.engine, entry.name, protocol, self.gpus, self.log, target=target)
-        except ServerUnreachable as e:
-            raise RunAborted(f"the router serving the candidates went away: {e}; "
-                             f"results so far are in {self.writer.path}") from e
+        except AliasUnreachable as e:
+            # what this candidate measured before is not written: a resumed tune measures it again whole
+            raise RunAborted(f"the router serving the candidates went away while {entry.name} was measured: {e}; "
+                             f"what was measured before is kept in {self.writer.path}: run the same command again "
+                             "to resume") from e.cause
         self.budget.requests += sum(requests_of(r) for r in records) + 1
         failed = [r for r in records if r.errors]
         if failed:

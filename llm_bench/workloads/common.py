@@ -42,6 +42,15 @@ class WorkloadInterrupted(Exception):
         self.records = records
 
 
+class RunsInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a workload's runs; ``records`` hold what it measured before (the finished runs, the
+    record marked interrupted), so the runner can save them before it stops."""
+
+    def __init__(self, records: list[AliasRecord]):
+        super().__init__()
+        self.records = records
+
+
 def chat_request(alias: str, protocol: Protocol, prompt: str, max_tokens: int | None = None,
                  prompt_cache: bool | None = None) -> ChatRequest:
     """``prompt_cache`` None: as the protocol says (by default every prompt is processed whole)."""
@@ -57,19 +66,26 @@ def reused_prompt(run: RunRecord) -> bool:
 PROMPT_CACHE_NOTE = "prompt cache on (asked for): TTFT and prompt t/s time the server's cache hits"
 
 
-def check_prompt_reuse(record: AliasRecord, run: RunRecord, request: ChatRequest, label: str) -> None:
-    """A run that timed a cache hit says so in the record (and so in the table's Notes): a warning when
-    cold prompts were asked for, a note when the cache was."""
-    if not reused_prompt(run):
+# What marks the cold-prompt warning, so a later run updates it instead of adding another.
+COLD_REUSE = "from its cache although cold prompts were asked for"
+
+
+def check_prompt_reuse(record: AliasRecord, request: ChatRequest) -> None:
+    """Runs that timed a cache hit say so in the record (and so in the table's Notes), once however many did:
+    a warning with their count when cold prompts were asked for, a note when the cache was."""
+    reused = [run for run in record.runs if reused_prompt(run)]
+    if not reused:
         return
     if request.prompt_cache:
         if PROMPT_CACHE_NOTE not in record.warnings:
             record.warnings.append(PROMPT_CACHE_NOTE)
         return
+    most = max(reused, key=lambda run: run.cache_n or 0)
+    record.warnings[:] = [w for w in record.warnings if COLD_REUSE not in w]
     record.warnings.append(
-        f"{label}: the server reused {run.cache_n} of {run.prompt_tokens} prompt tokens from its cache although "
-        "cold prompts were asked for, so its TTFT and prompt t/s time a cache hit (does the server ignore "
-        "cache_prompt / cache_salt?)")
+        f"{len(reused)} of {len(record.runs)} measured requests: the server reused up to {most.cache_n} of "
+        f"{most.prompt_tokens} prompt tokens {COLD_REUSE}, so their TTFT and prompt t/s time a cache hit "
+        "(does the server ignore cache_prompt / cache_salt?)")
 
 
 def run_record(m: StreamMeasurement, engine_kind: str) -> RunRecord:
@@ -152,10 +168,21 @@ def measured_runs(engine: Engine, request: ChatRequest, runs: int, record: Alias
                   label: str = "Run", precision: float | None = None, max_runs: int | None = None) -> None:
     """``runs`` requests one after another into ``record``; with a ``precision``, more (up to ``max_runs``)
     until the median decode rate is known that well (``precision_reached``). On a server error the runs
-    finished so far stay in the record beside the error, and WorkloadInterrupted carries it up."""
-    before = engine.spec_counters(request.model)
+    finished so far stay in the record beside the error, and WorkloadInterrupted carries it up; on Ctrl-C
+    likewise, marked interrupted, in RunsInterrupted."""
     cap = runs if precision is None else max(runs, max_runs or runs)
     shown = str(runs) if precision is None else f"{runs}..{cap}"
+    try:
+        _runs(engine, request, runs, cap, shown, record, log, label, precision)
+    except KeyboardInterrupt as e:
+        record.errors.append(f"interrupted (Ctrl-C) with {len(record.runs)} of {shown} {label.lower()}s finished")
+        record.spec = spec_from_runs(record.runs)
+        raise RunsInterrupted([record]) from e
+
+
+def _runs(engine: Engine, request: ChatRequest, runs: int, cap: int, shown: str, record: AliasRecord, log: Log,
+          label: str, precision: float | None) -> None:
+    before = engine.spec_counters(request.model)
     with recording(record):
         for i in range(cap):
             try:
@@ -167,7 +194,7 @@ def measured_runs(engine: Engine, request: ChatRequest, runs: int, record: Alias
             record.runs.append(run)
             log(f"  {label} {i + 1}/{shown}: {describe_run(run)}")
             check_length(record, run, request.max_tokens)
-            check_prompt_reuse(record, run, request, f"{label.lower()} {i + 1}")
+            check_prompt_reuse(record, request)
             if precision is not None and i + 1 >= runs and precision_met(record, precision, i + 1 == cap, log):
                 break
     after = engine.spec_counters(request.model)

@@ -38,8 +38,8 @@ def concurrency(engine: Engine, alias: str, protocol: Protocol, base: AliasRecor
                 for run in runs:
                     run.batch = batch
                     check_length(record, run, request.max_tokens)
-                    check_prompt_reuse(record, run, request, f"batch {batch}")
                 record.runs.extend(runs)
+                check_prompt_reuse(record, request)
                 record.errors.extend(f"batch {batch}, {e}" for e in errors)
                 tokens = sum(r.output_tokens or 0 for r in runs)
                 if runs and wall > 0:

@@ -19,6 +19,7 @@ from llm_bench.engines.completion import CompletionRequest
 from llm_bench.engines.errors import ServerError
 from llm_bench.plan import Protocol
 from llm_bench.results import AliasRecord, QualityOutput, QuestionResult, RecallProbe
+from llm_bench.support.progress import Steps
 from llm_bench.workloads.common import Log, derive
 
 QUESTION_MAX_TOKENS = 16
@@ -119,27 +120,33 @@ def quality(engine: Engine, alias: str, protocol: Protocol, base: AliasRecord, l
     qset = load_quality_set()
     record = derive(base, workload="quality", cold_load_s=None)
     seed = protocol.seed
+    probes = len(protocol.recall_lengths) * len(protocol.recall_depths)
 
-    for item in qset.agreement:
-        max_tokens = min(item.max_tokens, protocol.quality_max_tokens or item.max_tokens)
-        answer = engine.complete(CompletionRequest.of(alias, item.prompt, max_tokens, seed))
-        record.quality_outputs.append(QualityOutput(item.id, answer.text, answer.output_tokens, answer.token_ids,
-                                                    answer.finish_reason))
-    with_ids = all(o.token_ids is not None for o in record.quality_outputs)
-    record.quality_comparison = "tokens" if with_ids and record.quality_outputs else "characters"
+    # its requests take minutes on a slow machine: a live bar on a terminal, a line per request otherwise
+    with Steps("Quality", len(qset.agreement) + len(qset.questions) + probes, log) as steps:
+        for item in qset.agreement:
+            steps.step(f"agreement {item.id}")
+            max_tokens = min(item.max_tokens, protocol.quality_max_tokens or item.max_tokens)
+            answer = engine.complete(CompletionRequest.of(alias, item.prompt, max_tokens, seed))
+            record.quality_outputs.append(QualityOutput(item.id, answer.text, answer.output_tokens,
+                                                        answer.token_ids, answer.finish_reason))
+        with_ids = all(o.token_ids is not None for o in record.quality_outputs)
+        record.quality_comparison = "tokens" if with_ids and record.quality_outputs else "characters"
 
-    for question in qset.questions:
-        answer = engine.complete(question_request(alias, qset, question, seed))
-        record.questions.append(QuestionResult(question.id, question.kind, question.answer, answer.text,
-                                               is_correct(answer.text, question.answer)))
+        for question in qset.questions:
+            steps.step(f"question {question.id}")
+            answer = engine.complete(question_request(alias, qset, question, seed))
+            record.questions.append(QuestionResult(question.id, question.kind, question.answer, answer.text,
+                                                   is_correct(answer.text, question.answer)))
 
-    record.recall = recall_probes(engine, alias, protocol, qset.recall, record, log)
+        record.recall = recall_probes(engine, alias, protocol, qset.recall, record, steps)
     log("  " + describe_quality(record))
     return [record]
 
 
 def recall_probes(engine: Engine, alias: str, protocol: Protocol, recall: RecallSet, record: AliasRecord,
-                  log: Log) -> list[RecallProbe]:
+                  steps: Steps) -> list[RecallProbe]:
+    log = steps.log
     n_ctx = engine.context_length(alias)
     probes = []
     n = 0
@@ -149,6 +156,7 @@ def recall_probes(engine: Engine, alias: str, protocol: Protocol, recall: Recall
             n += 1
             probe = RecallProbe(length_tokens=length, depth=depth, expected=code)
             probes.append(probe)
+            steps.step(f"recall {length} tokens at depth {depth:g}")
             if n_ctx is not None and length + RECALL_OVERHEAD_TOKENS > n_ctx:
                 probe.skipped = (f"{length} tokens of filler do not fit the model's context of {n_ctx} tokens "
                                  "(n_ctx reported by the server)")
