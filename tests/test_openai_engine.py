@@ -165,18 +165,6 @@ def test_vllm_stream_and_metrics(tmp_path):
     assert prefix["prefix_warm_ttft_ms"] < prefix["prefix_cold_ttft_ms"]
 
 
-def test_acceptance_trap_is_loud(tmp_path):
-    with FakeVllm(FakeVllmConfig(accepted_per_round=0)) as vllm:
-        result = invoke("run", "--engine", "openai", "--url", vllm.url, "--runs", "1", "--max-tokens", "30",
-                        "--output-dir", str(tmp_path))
-    assert result.exit_code == 0
-    assert "!!! ACCEPTANCE TRAP" in result.output
-    assert "--dtype half" in result.output
-    (record,) = only_results(tmp_path)["aliases"]
-    assert record["draft_acceptance"] == 0.0 and record["mean_acceptance_length"] == 1.0
-    assert any("ACCEPTANCE TRAP" in w for w in record["warnings"])
-
-
 def test_stream_cut_in_the_middle_is_recorded(tmp_path):
     with FakeVllm(FakeVllmConfig(cut_after_chunks=4)) as vllm:
         result = invoke("run", "--engine", "openai", "--url", vllm.url, "--runs", "1", "--max-tokens", "60",
