@@ -156,6 +156,7 @@
               matplotlib
               gguf
               pytest
+              pytest-randomly
               pyyaml
             ]
           ))

@@ -22,6 +22,7 @@ from llm_bench.diagnostics.checks import (
     vllm_command_lines,
 )
 from llm_bench.diagnostics.findings import ERROR, WARNING
+from llm_bench.engines.client import RouterClient
 from llm_bench.gpu.nvml import Nvml, VramReading
 from llm_bench.plan import Checks, Plan, Protocol
 from llm_bench.results import load_results
@@ -97,15 +98,31 @@ def test_the_fa_message_is_llama_cpps_own():
         in source
 
 
-def test_real_router_log_of_a_cpu_build_with_a_gpu_present(router):
-    import httpx
+def loaded(router, alias: str) -> None:
+    """``alias`` loaded on the module's router (its load in the router's log), whatever ran before."""
+    client = RouterClient(router.url)
+    client.load(alias)
+    client.wait_for_status(alias, "loaded", 120)
 
-    httpx.post(f"{router.url}/v1/chat/completions", timeout=60,
-               json={"model": "tiny-plain", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+
+def unloaded_all(router) -> None:
+    """Nothing loaded on the module's router, whatever ran before: every unload posted and waited for."""
+    client = RouterClient(router.url)
+    for info in client.models():
+        if info.status != "unloaded":
+            client.unload(info.id)
+            client.wait_for_status(info.id, "unloaded", 60)
+
+
+def test_real_router_log_of_a_cpu_build_with_a_gpu_present(router):
+    loaded(router, "tiny-plain")
     log = router.log()
-    [finding] = check_offload(log, gpu_count=1)
+    # one finding per instance the router ever loaded (other tests of this module load other presets)
+    findings = {f.evidence.split(":")[0]: f for f in check_offload(log, gpu_count=1)}
+    finding = findings["tiny-plain"]
     assert finding.severity == WARNING and "tiny-plain: the model was loaded" in finding.evidence
     assert "without CUDA" in finding.evidence
+    assert all(f.severity == WARNING and "without CUDA" in f.evidence for f in findings.values())
     assert check_offload(log, gpu_count=0) == []
 
 
@@ -143,6 +160,7 @@ def test_doctor_finds_the_acceptance_trap_and_exits_1(router, fake_nvml):
 
 
 def test_doctor_on_a_healthy_alias_warns_but_passes(router, fake_nvml):
+    loaded(router, "tiny-plain")  # the offload check reads the log of a load
     fake_nvml(FakeNvml(gpus=[FakeGpu(power_limit_mw=150000)]))
     result = doctor("--url", router.url, "--alias", "tiny-plain", "--log-file", str(router.log_path),
                     "--power-floor-w", "200")
@@ -152,13 +170,11 @@ def test_doctor_on_a_healthy_alias_warns_but_passes(router, fake_nvml):
 
 
 def test_doctor_vram_busy_is_an_error(router, fake_nvml):
-    import httpx
-
-    for alias in ("tiny-plain", "tiny-trap"):
-        httpx.post(f"{router.url}/models/unload", json={"model": alias})
+    unloaded_all(router)  # else the VRAM in use is the router's own model: a warning, not an error
     fake_nvml(FakeNvml(gpus=[FakeGpu(used_mib=5000)]))
     result = doctor("--url", router.url)
-    assert result.exit_code == 1 and "ERROR [vram]" in result.output
+    assert result.exit_code == 1, result.output
+    assert "ERROR [vram] VRAM in use above 2048 MiB before a load (GPU0 5000 MiB) with no model" in result.output
 
 
 def test_checks_run_during_every_run(router, tmp_path):

@@ -33,7 +33,7 @@ def test_run_soak_and_doctor_reach_a_router_that_demands_a_key(guarded, tmp_path
     key_file = tmp_path / "key"
     key_file.write_text(KEY + "\n")
     without = invoke("run", "--url", guarded.url, "--output-dir", str(tmp_path / "no"), "--runs", "1")
-    assert without.exit_code != 0
+    assert without.exit_code == 2  # could not run: the server refused the listing
     assert "401" in without.output and "--api-key-file" in without.output  # says what to do
 
     ran = invoke("run", "--url", guarded.url, "--alias", "tiny-plain", "--runs", "1", "--max-tokens", "8",
