@@ -101,7 +101,8 @@ def test_the_fa_message_is_llama_cpps_own():
 def loaded(router, alias: str) -> None:
     """``alias`` loaded on the module's router (its load in the router's log), whatever ran before."""
     client = RouterClient(router.url)
-    client.load(alias)
+    if client.model(alias).status not in ("loaded", "loading"):  # the router refuses to load it twice
+        client.load(alias)
     client.wait_for_status(alias, "loaded", 120)
 
 
