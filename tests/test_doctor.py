@@ -370,6 +370,7 @@ def test_a_preset_without_prompt_cache_is_flagged_by_doctor_and_by_the_prefix_ca
     router = router_factory(render_presets_ini({"nocache": {"model": str(tiny_models["target"]), "cache-prompt": False},
                                                 "cached": {"model": str(tiny_models["target"])}}))
     result = doctor("--url", router.url)
+    assert result.exit_code == 0, result.output  # a warning: it ran, and found no error
     [line] = [l for l in result.output.splitlines() if "[prefix-cache]" in l]
     assert line.startswith("WARNING [prefix-cache] nocache: the preset runs llama-server with --no-cache-prompt")
     plan = Plan(url=router.url, aliases=("nocache",), output_dir=tmp_path, protocol=Protocol(
