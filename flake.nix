@@ -167,6 +167,7 @@
               gguf
               tqdm
               pytest
+              pytest-randomly
               pyyaml
             ]
           ))

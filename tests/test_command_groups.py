@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -35,15 +34,24 @@ def test_timeout_kills_the_command_and_what_it_started(tmp_path):
 
 
 def test_ctrl_c_kills_the_command_and_what_it_started(tmp_path):
-    script = ("from llm_bench.engines.switch import run_command\n"
-              f"run_command({background_child(tmp_path)!r}, what='switch', timeout=600)\n")
+    waiting = tmp_path / "waiting"
+    # The marker is written once run_command waits for the command: a SIGINT from then on is its to handle.
+    script = ("import subprocess\n"
+              "from pathlib import Path\n"
+              "from llm_bench.engines import switch\n"
+              "class Popen(subprocess.Popen):\n"
+              "    def communicate(self, *args, **kwargs):\n"
+              f"        Path({str(waiting)!r}).touch()\n"
+              "        return super().communicate(*args, **kwargs)\n"
+              "switch.subprocess.Popen = Popen\n"
+              f"switch.run_command({background_child(tmp_path)!r}, what='switch', timeout=600)\n")
     runner = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).parent.parent)
     pid_file = tmp_path / "child.pid"
-    assert poll_until(lambda: (pid_file.exists() and pid_file.read_text().strip()) or None, timeout=20, interval=0.1)
+    assert poll_until(lambda: (pid_file.exists() and pid_file.read_text().strip() and waiting.exists()) or None,
+                      timeout=20, interval=0.02)
     child = int(pid_file.read_text())
-    time.sleep(0.2)
     runner.send_signal(signal.SIGINT)  # what Ctrl-C delivers to llm-bench
-    assert runner.wait(20) != 0
+    assert runner.wait(20) == -signal.SIGINT  # the KeyboardInterrupt went on up: Python ends by the signal
     assert poll_until(lambda: gone(child) or None, timeout=10, interval=0.1), f"sleep {child} survived"
 
 

@@ -22,6 +22,7 @@ from llm_bench.diagnostics.checks import (
     vllm_command_lines,
 )
 from llm_bench.diagnostics.findings import ERROR, WARNING
+from llm_bench.engines.client import RouterClient
 from llm_bench.gpu.nvml import Nvml, VramReading
 from llm_bench.plan import Checks, Plan, Protocol
 from llm_bench.results import load_results
@@ -97,19 +98,36 @@ def test_the_fa_message_is_llama_cpps_own():
         in source
 
 
+def loaded(router, alias: str) -> None:
+    """``alias`` loaded on the module's router (its load in the router's log), whatever ran before."""
+    client = RouterClient(router.url)
+    if client.model(alias).status not in ("loaded", "loading"):  # the router refuses to load it twice
+        client.load(alias)
+    client.wait_for_status(alias, "loaded", 120)
+
+
+def unloaded_all(router) -> None:
+    """Nothing loaded on the module's router, whatever ran before: every unload posted and waited for."""
+    client = RouterClient(router.url)
+    for info in client.models():
+        if info.status != "unloaded":
+            client.unload(info.id)
+            client.wait_for_status(info.id, "unloaded", 60)
+
+
 def test_real_router_log_of_a_cpu_build_with_a_gpu_present(router):
     """The real CPU router's log: a GPU per NVML, a model loaded, no CUDA device and no offload."""
-    import httpx
-
-    httpx.post(f"{router.url}/v1/chat/completions", timeout=60,
-               json={"model": "tiny-plain", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+    loaded(router, "tiny-plain")
     log = router.log()
     assert "ggml_cuda_init" not in log and "offloaded" not in log
-    [finding] = check_offload(log, gpu_count=1)
+    # one finding per instance the router ever loaded (other tests of this module load other presets)
+    findings = {f.evidence.split(":")[0]: f for f in check_offload(log, gpu_count=1)}
+    finding = findings["tiny-plain"]
     assert finding.check == "no-gpu" and finding.severity == ERROR
     assert "tiny-plain: the router runs without a GPU" in finding.evidence
     assert "names no CUDA device" in finding.evidence and "built without CUDA" in finding.evidence
     assert "--list-devices" in finding.fix
+    assert all(f.check == "no-gpu" and f.severity == ERROR for f in findings.values())
     assert check_offload(log, gpu_count=0) == []
 
 
@@ -175,10 +193,7 @@ def test_doctor_on_a_healthy_alias_warns_but_passes(router, fake_nvml, tmp_path)
 def test_doctor_reports_a_router_without_a_gpu_as_an_error(router, fake_nvml):
     """NVML (the test double) sees an RTX 3090; the real CPU router loads its model with no CUDA
     device and no offload: the doctor fails, naming the check."""
-    import httpx
-
-    httpx.post(f"{router.url}/v1/chat/completions", timeout=60,
-               json={"model": "tiny-plain", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+    loaded(router, "tiny-plain")
     fake_nvml(FakeNvml(gpus=[FakeGpu()]))
     result = doctor("--url", router.url, "--log-file", str(router.log_path))
     assert result.exit_code == 1, result.output
@@ -189,17 +204,11 @@ def test_doctor_reports_a_router_without_a_gpu_as_an_error(router, fake_nvml):
 
 
 def test_doctor_vram_busy_is_an_error(router, fake_nvml):
-    import httpx
-
-    for alias in ("tiny-plain", "tiny-trap"):
-        httpx.post(f"{router.url}/models/unload", json={"model": alias})
-    # /models/unload answers before the model process has exited: wait until none is loaded.
-    poll_until(lambda: all(m["status"]["value"] == "unloaded"
-                           for m in httpx.get(f"{router.url}/models", timeout=10).json()["data"]) or None,
-               timeout=30, interval=0.2)
+    unloaded_all(router)  # else the VRAM in use is the router's own model: a warning, not an error
     fake_nvml(FakeNvml(gpus=[FakeGpu(used_mib=5000)]))
     result = doctor("--url", router.url)
-    assert result.exit_code == 1 and "ERROR [vram]" in result.output
+    assert result.exit_code == 1, result.output
+    assert "ERROR [vram] VRAM in use above 2048 MiB before a load (GPU0 5000 MiB) with no model" in result.output
 
 
 def test_checks_run_during_every_run(router, tmp_path):
@@ -394,6 +403,7 @@ def test_a_preset_without_prompt_cache_is_flagged_by_doctor_and_by_the_prefix_ca
     router = router_factory(render_presets_ini({"nocache": {"model": str(tiny_models["target"]), "cache-prompt": False},
                                                 "cached": {"model": str(tiny_models["target"])}}))
     result = doctor("--url", router.url)
+    assert result.exit_code == 0, result.output  # a warning: it ran, and found no error
     [line] = [l for l in result.output.splitlines() if "[prefix-cache]" in l]
     assert line.startswith("WARNING [prefix-cache] nocache: the preset runs llama-server with --no-cache-prompt")
     plan = Plan(url=router.url, aliases=("nocache",), output_dir=tmp_path, protocol=Protocol(

@@ -11,6 +11,7 @@ from llm_bench.cli import main
 from llm_bench.cli.exits import ABORTED, COULD_NOT_RUN, INTERRUPTED
 from llm_bench.results import load_results
 from llm_bench.testbed.router import free_port
+from tests.cli_process import LlmBench
 
 # The module, not the command of the same name that llm_bench.cli exports.
 run_command = importlib.import_module("llm_bench.cli.run")
@@ -46,20 +47,16 @@ def test_could_not_run_exits_2_without_a_results_file(tmp_path):
     assert not list(tmp_path.glob("*.toml"))  # nothing was measured, so no results file
 
 
-def test_ctrl_c_exits_130_with_the_finished_alias_saved(router_factory, bed, tmp_path, monkeypatch):
+def test_ctrl_c_exits_130_with_the_finished_alias_saved(router_factory, bed, tmp_path):
     router = router_factory(bed)
-    measure = run_command.run_plan
-
-    def interrupted_before_the_second_alias(plan, log):
-        def watching(message: str) -> None:
-            log(message)
-            if message.startswith("Benchmark 2/"):
-                raise KeyboardInterrupt
-        return measure(plan, watching)
-
-    monkeypatch.setattr(run_command, "run_plan", interrupted_before_the_second_alias)
-    result = CliRunner().invoke(main, ["run", "--url", router.url, "--alias", "tiny-plain,tiny-ngram", "--runs", "1",
-                                       "--max-tokens", "16", "--output-dir", str(tmp_path)])
-    assert result.exit_code == INTERRUPTED == 130, result.output
+    run = LlmBench("run", "--url", router.url, "--alias", "tiny-plain,tiny-ngram", "--runs", "3", "--max-tokens",
+                   "256", "--output-dir", str(tmp_path))
+    run.wait_for("Benchmark 2/2")  # the first alias is measured and on disk
+    run.interrupt()
+    assert run.finish(120) == INTERRUPTED == 130, run.stderr
+    assert "interrupted" in run.stderr and "Traceback" not in run.stderr
     (path,) = tmp_path.glob("*.toml")
-    assert [a.alias for a in load_results(path).aliases] == ["tiny-plain"]
+    saved = load_results(path)
+    assert saved.meta["complete"] is False
+    first = saved.aliases[0]
+    assert first.alias == "tiny-plain" and len(first.runs) == 3 and all(r.decode_tps > 0 for r in first.runs)

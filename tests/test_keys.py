@@ -14,7 +14,6 @@ from click.testing import CliRunner
 
 from llm_bench.cli import main
 from llm_bench.engines import open_engine
-from tests.fake_vllm import FakeVllm, FakeVllmConfig
 
 KEY = "sekrit-key-123"
 
@@ -33,7 +32,7 @@ def test_run_soak_and_doctor_reach_a_router_that_demands_a_key(guarded, tmp_path
     key_file = tmp_path / "key"
     key_file.write_text(KEY + "\n")
     without = invoke("run", "--url", guarded.url, "--output-dir", str(tmp_path / "no"), "--runs", "1")
-    assert without.exit_code != 0
+    assert without.exit_code == 2  # could not run: the server refused the listing
     assert "401" in without.output and "--api-key-file" in without.output  # says what to do
 
     ran = invoke("run", "--url", guarded.url, "--alias", "tiny-plain", "--runs", "1", "--max-tokens", "8",
@@ -101,12 +100,12 @@ def test_the_key_goes_to_the_metrics_url_only_on_the_servers_origin():
     assert [s["authorization"] for s in on_other] == ["", f"Bearer {KEY}"]  # only when asked for
 
 
-def test_run_sends_the_key_to_a_foreign_metrics_url_only_with_metrics_key(tmp_path, monkeypatch):
-    monkeypatch.setenv("BENCH_KEY", KEY)
-    with FakeVllm(FakeVllmConfig(api_key=KEY)) as vllm, recording_server() as (other_url, on_other):
+def test_run_sends_the_key_to_a_foreign_metrics_url_only_with_metrics_key(guarded, tmp_path):
+    with recording_server() as (other_url, on_other):
         seen = []
         for extra in ([], ["--metrics-key"]):
-            result = invoke("run", "--engine", "openai", "--url", vllm.url, "--api-key-env", "BENCH_KEY",
+            result = invoke("run", "--engine", "openai", "--url", guarded.url, "--alias", "tiny-plain",
+                            "--api-key-env", "BENCH_KEY",
                             "--metrics-url", f"{other_url}/metrics", "--runs", "1", "--max-tokens", "8",
                             "--output-dir", str(tmp_path), *extra)
             assert result.exit_code == 0, result.output

@@ -13,12 +13,12 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from llm_bench.support.poll import poll_until
 from tests.nix.helpers import EXPECTED, REPO, nix_eval, nix_string, nixpkgs_root
 
 CHECKER = REPO / "pkgs" / "check-preset-keys" / "check-preset-keys.py"
@@ -44,18 +44,19 @@ def router_refusal(server: Path, ini_text: str, tmp_path: Path) -> str:
     with log.open("w") as out:
         proc = subprocess.Popen([str(server), "--models-preset", str(path), "--host", "127.0.0.1", "--port", str(port)],
                                 stdout=out, stderr=subprocess.STDOUT)
+    def served_or_exited() -> str | None:
+        if proc.poll() is not None:
+            return log.read_text() or f"exited with {proc.returncode}"
+        try:
+            return "" if httpx.get(f"http://127.0.0.1:{port}/models", timeout=2).status_code == 200 else None
+        except httpx.HTTPError:
+            return None
+
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                return log.read_text() or f"exited with {proc.returncode}"
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/models", timeout=2).status_code == 200:
-                    return ""
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"the router neither served /models nor exited:\n{log.read_text()[-2000:]}")
+        said = poll_until(served_or_exited, timeout=60, interval=0.2)
+        if said is None:
+            raise AssertionError(f"the router neither served /models nor exited:\n{log.read_text()[-2000:]}")
+        return said
     finally:
         if proc.poll() is None:
             proc.terminate()

@@ -28,6 +28,7 @@ import time
 import httpx
 import pytest
 
+from llm_bench.support.poll import poll_until
 from tests.nix.helpers import EXPECTED, nix_eval, nix_string, render_preset_set, renderer
 
 # The argument each INI key becomes in the router's argument list (llama-server reports the
@@ -105,17 +106,24 @@ def test_router_lists_every_preset_with_its_arguments(router_factory, name: str)
 def load(url: str, model: str, timeout: float = 120.0) -> dict:
     """Ask the router to load a preset; return its final /models entry (loaded or failed)."""
     httpx.post(f"{url}/models/load", json={"model": model}, timeout=30)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    asked = time.monotonic()
+    last: list[dict] = []
+
+    def settled() -> dict | None:
         entry = listed_models(url)[model]
+        last[:] = [entry]
         status = entry["status"]
         if status["value"] == "loaded" or status.get("failed") or status["value"] in {"failed", "error"}:
             return entry
-        if status["value"] == "unloaded" and time.monotonic() > deadline - timeout + 2:
+        if status["value"] == "unloaded" and time.monotonic() > asked + 2:
             # Back to unloaded after a load attempt: the model process exited.
             return entry
-        time.sleep(0.3)
-    raise AssertionError(f"{model} neither loaded nor failed within {timeout:.0f} s: {entry}")
+        return None
+
+    entry = poll_until(settled, timeout=timeout, interval=0.3)
+    if entry is None:
+        raise AssertionError(f"{model} neither loaded nor failed within {timeout:.0f} s: {last}")
+    return entry
 
 
 @pytest.fixture(scope="module")

@@ -137,22 +137,6 @@ def test_unknown_alias_gives_a_clear_error(router, tmp_path):
     assert not list(tmp_path.glob("*.toml"))
 
 
-def test_interrupted_run_keeps_what_was_measured(router, tmp_path):
-    def log(message: str) -> None:
-        if message.startswith("Benchmark 2/"):
-            raise KeyboardInterrupt
-
-    plan = Plan(url=router.url, aliases=("tiny-plain", "tiny-ngram"), output_dir=tmp_path,
-                protocol=Protocol(max_tokens=32, runs=1))
-    with pytest.raises(KeyboardInterrupt):
-        run_plan(plan, log)
-    (path,) = tmp_path.glob("*.toml")
-    saved = load_results(path)
-    assert [a.alias for a in saved.aliases] == ["tiny-plain"]
-    assert saved.aliases[0].runs[0].decode_tps > 0
-    assert saved.meta["complete"] is False
-
-
 def test_vram_in_use_marks_not_comparable_and_strict_refuses(router, tmp_path):
     busy = FakeNvml(gpus=[FakeGpu(used_mib=3000)])
     plan = Plan(url=router.url, aliases=("tiny-plain",), output_dir=tmp_path / "loose",

@@ -345,25 +345,6 @@ def test_an_unreachable_server_could_not_run(tmp_path):
     assert not list(tmp_path.glob("*.toml"))
 
 
-def test_ctrl_c_exits_130_with_what_was_measured_saved(monkeypatch, tmp_path):
-    from llm_bench.cli import options
-    import llm_bench.diagnostics.soak as s
-
-    monkeypatch.setattr(options, "open_engine", lambda kind, url, **kw: _Broken())
-
-    def interrupted(engine, model, settings, *, result, checkpoint, **kw):
-        result.requests.append(_ok(0.0, 50.0))
-        checkpoint(result)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(s, "soak", interrupted)
-    result = soak("--url", "http://127.0.0.1:1", "--duration", "5", "--max-requests", "3", "--output-dir", str(tmp_path))
-    assert result.exit_code == 130, result.output
-    saved = tomllib.loads(next(tmp_path.glob("*soak*.toml")).read_text())
-    assert saved["meta"]["complete"] is False and saved["soak"]["requests_total"] == 1
-    assert saved["soak"]["stopped_by"] == "interrupted"
-
-
 def test_timeout_help_names_its_default():
     from llm_bench.plan import Protocol
 

@@ -17,11 +17,9 @@ from click.testing import CliRunner
 
 from llm_bench.cli import main
 from llm_bench.demo import write_demo_bed
-from llm_bench.plan import load_plan_file
-from llm_bench.sweep import run_sweep, sweep_plan_from_mapping
 from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.testbed.router import free_port
-from tests.fake_vllm import FakeVllm
+from tests.cli_process import LlmBench
 
 SWITCH = Path(__file__).parent / "switchbed" / "switch.py"
 
@@ -118,18 +116,20 @@ def run_files(out: Path) -> list[Path]:
     return sorted(p for p in out.glob("llm-bench-*.toml") if "-merged" not in p.name)
 
 
-def test_sweep_over_three_specialisations_and_an_openai_engine(bed):
-    with FakeVllm() as vllm:
-        plan = bed.write_plan(THREE_TARGETS + f"""
+def test_sweep_over_three_specialisations_and_an_openai_engine(bed, router_factory, tiny_models):
+    # The OpenAI target is a second real llama-server, measured through its /v1 routes (--engine openai).
+    openai_server = router_factory(render_presets_ini({"tiny-v1": {"model": str(tiny_models["target"]),
+                                                                   "ctx-size": 1024}}))
+    plan = bed.write_plan(THREE_TARGETS + f"""
 [[targets]]
 name = "hyperqwen"
 engine = "openai"
-url = "{vllm.url}"
+url = "{openai_server.url}"
 up_command = "true"
 down_command = "true"
-ready_timeout_s = 30
+ready_timeout_s = 60
 """)
-        result = invoke("sweep", "--plan", str(plan))
+    result = invoke("sweep", "--plan", str(plan))
     assert result.exit_code == 0, result.output
     assert bed.active() == "llm-fa86"  # switched back to where it started
     # How far it is, and the time left from the mean of the targets measured so far.
@@ -140,7 +140,7 @@ ready_timeout_s = 30
     measured = {(r["target"], r["alias"]) for r in records if r["runs"] and not r["errors"]}
     assert measured == {("base", "tiny-plain"), ("base", "tiny-ngram"), ("llm-llamampere", "ampere-none"),
                         ("llm-fa86", "tiny-plain"), ("llm-fa86", "tiny-synth"),
-                        ("hyperqwen", "Qwen/Qwen3.8-27B")}
+                        ("hyperqwen", "tiny-v1")}
     report = (out / "report.md").read_text()
     assert "fastest on llama-cpp" in report and "fastest on openai" in report
     assert "| vs base / tiny-plain |" in report
@@ -193,16 +193,14 @@ def test_refuses_to_measure_the_wrong_build(bed):
 
 
 def test_ctrl_c_switches_back_and_keeps_what_was_measured(bed):
-    plan = sweep_plan_from_mapping(load_plan_file(bed.write_plan(THREE_TARGETS)), relative_to=bed.plan_path.parent)
-
-    def log(message: str) -> None:
-        if message.startswith("== target llm-llamampere"):
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        run_sweep(plan, log)
+    plan = bed.write_plan(THREE_TARGETS)
+    sweep = LlmBench("sweep", "--plan", str(plan), cwd=plan.parent)
+    sweep.wait_for("== target llm-llamampere")  # base is measured; the switch to the second target begins
+    sweep.interrupt()
+    assert sweep.finish(180) == 130, sweep.stderr
+    assert "Traceback" not in sweep.stderr
     assert bed.active() == "llm-fa86"
-    (path,) = run_files(plan.output_dir)
+    (path,) = run_files(plan.parent / "out")
     assert {r["alias"] for r in tomllib.loads(path.read_text())["aliases"]} == {"tiny-plain", "tiny-ngram"}
 
 

@@ -1,4 +1,5 @@
-"""llm-bench tune, the parts without a server: the grid, the plan, the Nix snippet, the Pareto front."""
+"""llm-bench tune, the parts that measure nothing: the grid, the plan, the Nix snippet, the Pareto front, and
+freeing and restoring a real router guarded by an API key."""
 
 from __future__ import annotations
 
@@ -84,73 +85,26 @@ def test_the_one_presets_renderer_puts_star_first_and_refuses_what_breaks_the_in
             render_presets_ini(bad)  # type: ignore[arg-type]
 
 
-class _KeyedRouter:
-    """A router guarded by --api-key: 401 without the key; one model that unloads and loads again."""
+def test_a_keyed_main_router_is_freed_and_restored_with_its_key(router_factory, tiny_models) -> None:
+    from llm_bench.engines.client import RouterClient
 
-    def __init__(self, key: str) -> None:
-        import http.server
-        import json
-        import threading
-
-        self.status = {"m": "loaded"}
-        self.calls: list[str] = []
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *_args) -> None:
-                pass
-
-            def _send(self, code: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _authorised(self) -> bool:
-                if self.headers.get("Authorization") == f"Bearer {key}":
-                    return True
-                self._send(401, {"error": {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}})
-                return False
-
-            def do_GET(self) -> None:
-                if self._authorised():
-                    self._send(200, {"data": [{"id": k, "status": {"value": v}} for k, v in outer.status.items()]})
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                if self._authorised():
-                    action = self.path.rsplit("/", 1)[-1]
-                    outer.calls.append(f"{action} {body['model']}")
-                    outer.status[body["model"]] = "unloaded" if action == "unload" else "loaded"
-                    self._send(200, {"success": True})
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def test_a_keyed_main_router_is_freed_and_restored_with_its_key() -> None:
-    router = _KeyedRouter("s3cret")
-    try:
+    router = router_factory(render_presets_ini({"m": {"model": str(tiny_models["target"]), "ctx-size": 512}}),
+                            extra_args=["--api-key", "s3cret"])
+    with RouterClient(router.url, api_key="s3cret", timeout=30.0) as client:
+        client.load("m")
+        client.wait_for_status("m", "loaded", 120)
         messages: list[str] = []
         main = free_main(router.url, messages.append, api_key="s3cret")
-        assert main.unloaded == ["m"] and router.status == {"m": "unloaded"}
-        restore_main(main, messages.append, timeout=5, api_key="s3cret")
-        assert router.status == {"m": "loaded"} and router.calls == ["unload m", "load m"]
+        assert main.unloaded == ["m"] and client.model("m").status == "unloaded"
+        restore_main(main, messages.append, timeout=120, api_key="s3cret")
+        assert client.model("m").status == "loaded"
         assert not any("s3cret" in m for m in messages)
         # Without the key the router still answers (401): freeing it fails loudly instead of
         # reporting "nothing to free" and measuring beside a loaded model.
         with pytest.raises(ServeError, match="could not free the GPU"):
             free_main(router.url, messages.append)
         assert not any("does not answer" in m for m in messages)
-    finally:
-        router.close()
+        assert client.model("m").status == "loaded"
 
 
 def test_a_server_error_after_measurements_are_on_disk_is_aborted_naming_the_file(tmp_path, monkeypatch) -> None:

@@ -50,7 +50,7 @@ def test_a_web_server_answering_404_is_diagnosed_in_one_line(tmp_path):
     # a plain static file server: GET /models is its HTML 404 page
     with serving(functools.partial(Quiet, directory=str(tmp_path))) as url:
         result = run(url, tmp_path / "out")
-    assert result.exit_code != 0
+    assert result.exit_code == 2  # could not run: nothing was measured
     assert "does not speak the llama.cpp router API: GET /models answered HTTP 404 (an HTML page, not JSON)" \
         in result.output
     assert "--engine openai" in result.output
@@ -62,9 +62,9 @@ def test_a_200_answer_that_is_not_json_is_a_clear_error(tmp_path):
     with serving(HtmlEverywhere) as url:
         result = run(url, tmp_path / "out")
         openai = CliRunner().invoke(main, ["run", "--engine", "openai", "--url", url, "--output-dir", str(tmp_path)])
-    assert result.exit_code != 0
+    assert result.exit_code == 2  # could not run: nothing was measured
     assert "HTTP 200 with an HTML page, not the router's model list" in result.output
     assert "<" not in result.output and "Traceback" not in result.output
-    assert openai.exit_code != 0
+    assert openai.exit_code == 2
     assert "answered HTTP 200 with an HTML page, not JSON" in openai.output
     assert "<" not in openai.output and "Traceback" not in openai.output

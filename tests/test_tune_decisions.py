@@ -1,0 +1,86 @@
+"""tune's two decisions on a real router, each on presets where the wrong decision names another winner: the
+leader is the fastest preset that passes the quality gate, and the gate refuses a faster preset whose answers
+differ from the control's.
+
+The presets: ``slow``, a random model with about 200 times the tiny model's weights (decodes some twenty times
+slower on the CPU bed, test_report_verdicts.py), and ``fast``, the tiny model, whose greedy answers share nothing
+with ``slow``'s. Both run one thread at realtime priority, so that the other processes on two cores do not
+blur a factor of twenty.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from llm_bench.cli import main
+from llm_bench.results import load_results
+from llm_bench.testbed.presets import render_presets_ini
+from llm_bench.testbed.router import start_router
+from llm_bench.testbed.tiny_gguf import TinyModelSpec, write_tiny_model
+from llm_bench.tune.search import TUNE
+
+
+@pytest.fixture(scope="module")
+def two_speeds(llama_server_bin, tiny_models, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tune-decisions")
+    larger = write_tiny_model(folder / "larger.gguf", TinyModelSpec(seed=3, n_embd=512, n_layer=4, n_head=8,
+                                                                    n_ff=2048, name="tiny-larger"))
+    ini = folder / "presets.ini"
+    ini.write_text(render_presets_ini({
+        "*": {"ctx-size": 1024, "parallel": 1, "threads": 1, "threads-batch": 1, "prio": 3, "prio-batch": 3},
+        "slow": {"model": str(larger)},
+        "fast": {"model": str(tiny_models["target"])},
+    }))
+    router = start_router(llama_server_bin, ini, log_path=folder / "router.log")
+    yield router
+    router.stop()
+
+
+def tune(url: str, out: Path, *flags: str):
+    result = CliRunner().invoke(main, ["tune", "--url", url, "--preset", "slow,fast", "--runs", "3",
+                                       "--max-tokens", "32", "--screen-tokens", "8", "--max-rounds", "1",
+                                       "--output-dir", str(out), *flags], catch_exceptions=False)
+    (path,) = out.glob("llm-bench-*-tune-*.toml")
+    return result, load_results(path)
+
+
+def medians(result_set) -> dict[str, float]:
+    import statistics
+
+    return {a.alias: statistics.median(r.decode_tps for r in a.runs) for a in result_set.aliases
+            if a.target == TUNE and a.workload == "standard"}
+
+
+def test_a_control_that_is_slower_loses(two_speeds, tmp_path):
+    # The gate is opened (0 % agreement passes): only speed decides, and the control is the slow one.
+    result, measured = tune(two_speeds.url, tmp_path, "--min-agreement", "0")
+    assert result.exit_code == 0, result.output
+    outcome = measured.meta["tune"]["outcome"]
+    speeds = medians(measured)
+    assert speeds["fast"] > 5 * speeds["slow"]  # the bed is what the test needs
+    assert outcome["winner"] == "fast"
+    assert outcome["separated"] is True
+    assert outcome["verdict"].startswith("faster (")  # against the control, with its interval
+    assert outcome["rejected_for_quality"] == []
+    assert outcome["stop_reason"] == "the leader is faster than every other contender beyond noise after round 1"
+    [round_1] = measured.meta["tune"]["rounds"]
+    assert round_1["leader"] == "fast" and round_1["verdicts"]["slow"].startswith("faster (")
+    assert "- winner: **fast**, " in result.output
+
+
+def test_the_faster_preset_whose_answers_differ_is_refused_and_the_control_wins(two_speeds, tmp_path):
+    result, measured = tune(two_speeds.url, tmp_path)  # the default gate: 75 % identical answers
+    assert result.exit_code == 0, result.output
+    outcome = measured.meta["tune"]["outcome"]
+    speeds = medians(measured)
+    assert speeds["fast"] > 5 * speeds["slow"]
+    assert outcome["winner"] == "slow"
+    [rejected] = outcome["rejected_for_quality"]
+    assert rejected["name"] == "fast" and rejected["reason"].startswith("agreement 0% < 75% (0/3 identical")
+    assert outcome["stop_reason"].startswith("no other contender is left after round 1")
+    quality = {a.alias: a for a in measured.aliases if a.target == TUNE and a.workload == "quality"}
+    assert [o.token_ids for o in quality["fast"].quality_outputs] != [o.token_ids for o in quality["slow"].quality_outputs]
+    assert "- winner: the control **slow**, " in result.output and "rejected for quality: fast" in result.output
