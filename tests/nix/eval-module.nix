@@ -15,6 +15,8 @@
   libPath,
   nixpkgsRoot ? dirOf libPath,
   nixpkgsModule ? nixpkgsRoot + "/nixos/modules/services/misc/llama-cpp.nix",
+  # nixpkgs' own services.litellm, which the fleet module (../../modules/fleet.nix) configures.
+  litellmModule ? nixpkgsRoot + "/nixos/modules/services/misc/litellm.nix",
   modulesPath ? nixpkgsRoot + "/nixos/modules",
 }:
 
@@ -29,6 +31,18 @@ let
   # nixos/modules/system/activation/no-clone.nix: a specialisation has none of its own.
   noClone = {
     specialisation = lib.mkOverride 0 { };
+  };
+
+  # nixos/lib/systemd-unit-options.nix's type of a serviceConfig value: list definitions
+  # (ExecStartPre, ExecCondition, ...) are concatenated, other values must agree.
+  unitOption = lib.mkOptionType {
+    name = "systemd option";
+    merge =
+      loc: defs:
+      if lib.any (def: lib.isList def.value) defs then
+        lib.concatMap (def: lib.toList def.value) defs
+      else
+        lib.mergeEqualOption loc defs;
   };
 
   # The NixOS options that the modules set, declared loosely.
@@ -73,8 +87,16 @@ let
               freeformType = types.attrsOf types.anything;
               options = {
                 serviceConfig = mkOption {
-                  type = types.attrsOf types.anything;
+                  type = types.attrsOf unitOption;
                   default = { };
+                };
+                onSuccess = mkOption {
+                  type = types.listOf types.str;
+                  default = [ ];
+                };
+                onFailure = mkOption {
+                  type = types.listOf types.str;
+                  default = [ ];
                 };
                 environment = mkOption {
                   type = types.attrsOf types.str;
@@ -91,6 +113,14 @@ let
               };
             }
           );
+        };
+        systemd.package = mkOption {
+          type = types.package;
+          default = pkgs.systemd;
+        };
+        systemd.tmpfiles.rules = mkOption {
+          type = types.listOf types.str;
+          default = [ ];
         };
         networking.firewall.allowedTCPPorts = mkOption {
           type = types.listOf types.port;
@@ -122,6 +152,7 @@ let
         nixosStub
         { _module.args = { inherit pkgs utils; }; }
         nixpkgsModule
+        litellmModule
       ]
       ++ modules;
       specialArgs = { inherit modulesPath; };
