@@ -1,11 +1,12 @@
 """The real LiteLLM proxy for the fleet's test bed: installed once per machine into its own
 virtual environment, and started from a config file on a free loopback port.
 
-LiteLLM is pinned (its newest releases need a `litellm-proxy` distribution that PyPI's mirror
-here lacks) and kept out of llm-bench's own environment: `litellm[proxy]` brings about 500 MB
-of pinned dependencies. The environment lives in the same cache as the llama-server build
-(``~/.cache/llm-bench/litellm-<version>``), so worktrees and CI runs share it; a stamp file
-written after a complete install makes ``ensure_litellm`` idempotent.
+LiteLLM is pinned (its newest releases need a `litellm-proxy` distribution that the package
+registry here does not have) and kept out of llm-bench's own environment: `litellm[proxy]`
+brings about 500 MB of pinned dependencies. The environment lives in the same cache as the
+llama-server build (``~/.cache/llm-bench/litellm-<version>``), so checkouts and CI runs share
+it; a stamp file written after a complete install makes ``ensure_litellm`` idempotent. The
+proxy answers about 3 s after its start on the 2-core bed.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,15 +163,6 @@ def start_proxy(
         return ProxyProcess(url, port, process, log_path, time.monotonic() - started)
     ProxyProcess(url, port, process, log_path, 0.0).stop()
     raise ProxyStartError(f"litellm did not answer on {url} within {timeout:.0f} s; see {log_path}")
-
-
-@contextmanager
-def running_proxy(binary: Path, config: Path, **kwargs) -> Iterator[ProxyProcess]:
-    proxy = start_proxy(binary, config, **kwargs)
-    try:
-        yield proxy
-    finally:
-        proxy.stop()
 
 
 def main() -> None:

@@ -120,3 +120,21 @@ def nixpkgs_root() -> Path:
             "llama-cpp module and recipe (a full nixpkgs checkout, or ../shared/nixpkgs)"
         )
     return root
+
+
+def litellm_config(module: str) -> str:
+    """The config file that nixpkgs' services.litellm unit runs with (its ExecStart's --config)
+    when modules/fleet.nix is evaluated with `module`, as text (JSON, which is YAML: see
+    stand-ins.nix). Raises NixError when the configuration fails an assertion."""
+    harness = REPO / "tests" / "nix" / "eval-module.nix"
+    found = nix_eval(
+        f"let h = import {harness} {{ libPath = {nixpkgs_root()}/lib; }};"
+        f" e = h.eval [ {REPO}/modules/fleet.nix ({module}) ];"
+        ' file = (h.pkgs.formats.yaml { }).generate "config.yaml" e.config.services.litellm.settings;'
+        " failed = h.failedAssertions e.config; in"
+        ' if failed != [ ] then throw (builtins.concatStringsSep "\n" failed)'
+        " else { execStart = e.config.systemd.services.litellm.serviceConfig.ExecStart;"
+        " path = file.outPath; inherit (file) text; }"
+    )
+    assert isinstance(found, dict) and found["execStart"].endswith(f" --config {found['path']}"), found
+    return found["text"]
