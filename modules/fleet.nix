@@ -316,6 +316,9 @@ in
           // lib.optionalAttrs (cfg.timeout != null) { inherit (cfg) timeout; };
         };
       };
+      # The model cost map bundled with LiteLLM instead of a download from GitHub at every
+      # start (which an offline proxy waits out before it answers).
+      systemd.services.litellm.environment.LITELLM_LOCAL_MODEL_COST_MAP = lib.mkDefault "True";
     })
 
     (lib.mkIf (arbiter != { }) {

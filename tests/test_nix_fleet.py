@@ -79,6 +79,9 @@ def test_the_unit_runs_the_proxy_with_the_rendered_file_and_the_key_file() -> No
     assert unit["ExecStart"].endswith(f"--config {rendered['path']}"), unit["ExecStart"]
     assert json.loads(rendered["text"])["model_list"][1]["litellm_params"]["api_key"] == "os.environ/BOX2_API_KEY"
     assert unit["EnvironmentFile"] == ["/run/secrets/litellm.env"]
+    environment = evaluate(TWO_BOXES, "e.config.systemd.services.litellm.environment")
+    # Offline start; nixpkgs' own variables stay.
+    assert environment["LITELLM_LOCAL_MODEL_COST_MAP"] == "True" and environment["DO_NOT_TRACK"] == "True"
 
 
 def test_orders_become_fallback_groups() -> None:
