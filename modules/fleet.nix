@@ -83,7 +83,7 @@ let
           timeout = 300;
           stream_timeout = 30;
         };
-        description = "More LiteLLM `litellm_params` of this deployment.";
+        description = "More LiteLLM `litellm_params` of this deployment (not `model`, `api_base` or `api_key`: those are the options above).";
       };
     };
   };
@@ -152,6 +152,13 @@ let
       ) cfg.models
     )
   );
+
+  # The litellm_params the backend options write.
+  ownParams = [
+    "model"
+    "api_base"
+    "api_key"
+  ];
 
   # LiteLLM 1.80 treats allowed_fails equal to its default (3) as not set, and then never
   # cools down a group's only deployment on a 5xx or a refused connection.
@@ -290,6 +297,23 @@ in
         assertion = g.backends != { };
         message = "llmBench.fleet.models.${group}.backends is empty: name at least one box serving it.";
       }) cfg.models
+      ++ lib.concatLists (
+        lib.mapAttrsToList (
+          group: g:
+          lib.mapAttrsToList (
+            box: b:
+            let
+              taken = lib.intersectLists ownParams (lib.attrNames b.extraParams);
+            in
+            {
+              assertion = taken == [ ];
+              message =
+                "llmBench.fleet.models.${group}.backends.${box}.extraParams sets ${lib.concatStringsSep ", " taken}: "
+                + "use the backend's url, model and apiKeyVariable (a key written here would land in the Nix store).";
+            }
+          ) g.backends
+        ) cfg.models
+      )
       ++ lib.mapAttrsToList (group: _: {
         assertion = !(lib.hasInfix "@" group);
         message = "llmBench.fleet.models.\"${group}\": a group name may not contain `@` (fallback groups are named <group>@<box>).";

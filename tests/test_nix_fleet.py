@@ -145,6 +145,13 @@ def test_a_key_file_given_as_a_nix_path_is_refused(tmp_path: Path) -> None:
     assert any("copies the keys" in m and "world-readable Nix store" in m for m in messages), messages
 
 
+def test_extra_params_cannot_carry_a_key_or_replace_the_backend() -> None:
+    messages = assertions_of(fleet('{ a = { url = "http://a/v1"; model = "q";'
+                                   ' extraParams = { api_key = "sk-live-123"; api_base = "http://b/v1"; timeout = 9; }; }; }'))
+    assert len(messages) == 1, messages
+    assert "backends.a.extraParams sets api_base, api_key: use the backend's url, model and apiKeyVariable" in messages[0]
+
+
 def test_a_key_variable_must_be_a_variable_name() -> None:
     with pytest.raises(NixError, match="apiKeyVariable"):
         settings_of(fleet('{ a = { url = "http://a/v1"; model = "q"; apiKeyVariable = "sk-live-123"; }; }'))
