@@ -40,10 +40,14 @@ def fleet_module(box1: RouterProcess, box2: RouterProcess) -> str:
     }}"""
 
 
-def ask(proxy: ProxyProcess) -> httpx.Response:
-    response = httpx.post(f"{proxy.url}/v1/chat/completions", timeout=120, json={
-        "model": "tiny", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4,
+def post(proxy: ProxyProcess, model: str = "tiny") -> httpx.Response:
+    return httpx.post(f"{proxy.url}/v1/chat/completions", timeout=120, json={
+        "model": model, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4,
     })
+
+
+def ask(proxy: ProxyProcess, model: str = "tiny") -> httpx.Response:
+    response = post(proxy, model)
     assert response.status_code == 200, response.text
     assert response.json()["usage"]["completion_tokens"] > 0
     return response
@@ -73,6 +77,8 @@ def test_the_proxy_runs_the_rendered_file_and_fails_over_to_the_second_box(
     first = ask(proxy)
     assert served_by(first) == (f"{box1.url}/v1", "tiny@box1")
     assert first.headers["x-litellm-attempted-fallbacks"] == "0"
+    # A fallback group is a model of its own: the second box through the proxy.
+    assert served_by(ask(proxy, "tiny@box2")) == (f"{box2.url}/v1", "tiny@box2")
 
     box1.stop()
     failed_over = ask(proxy)
@@ -108,9 +114,7 @@ def test_why_orders_are_fallback_groups_and_not_litellms_order_key(
 
     assert served_by(ask(proxy)) == (f"{box1.url}/v1", "tiny@box1")
     box1.stop()
-    lost = httpx.post(f"{proxy.url}/v1/chat/completions", timeout=120, json={
-        "model": "tiny", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4,
-    })
+    lost = post(proxy)
     assert lost.status_code == 500 and "Connection error" in lost.text, lost.text
     assert served_by(ask(proxy)) == (f"{box2.url}/v1", "tiny@box2")
 
