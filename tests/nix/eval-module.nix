@@ -10,7 +10,8 @@
 # list and modulesPath pointing at nixpkgs' modules, so the `disabledModules` of
 # ../../modules/llama-cpp.nix must really remove it (else its options are declared twice).
 # With `modulesPath` elsewhere, `disabledModules` names no file in the list: the control that
-# shows the evaluation would then fail.
+# shows the evaluation would then fail. nixpkgs' own services.litellm module is in the list too,
+# for ../../modules/fleet.nix, which only sets its options.
 {
   libPath,
   nixpkgsRoot ? dirOf libPath,
