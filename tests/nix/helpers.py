@@ -107,17 +107,18 @@ def nixpkgs_lib() -> Path:
 
 
 NIXPKGS_MODULE = Path("nixos/modules/services/misc/llama-cpp.nix")
+NIXPKGS_LITELLM_MODULE = Path("nixos/modules/services/misc/litellm.nix")
 NIXPKGS_RECIPE = Path("pkgs/by-name/ll/llama-cpp/package.nix")
 
 
 def nixpkgs_root() -> Path:
-    """The nixpkgs tree around NIXPKGS_LIB's lib, with nixpkgs' llama-cpp module and recipe."""
+    """The nixpkgs tree around NIXPKGS_LIB's lib, with nixpkgs' llama-cpp and litellm modules and llama-cpp recipe."""
     root = nixpkgs_lib().parent
-    missing = [str(p) for p in (NIXPKGS_MODULE, NIXPKGS_RECIPE) if not (root / p).is_file()]
+    missing = [str(p) for p in (NIXPKGS_MODULE, NIXPKGS_LITELLM_MODULE, NIXPKGS_RECIPE) if not (root / p).is_file()]
     if missing:
         _missing(
             f"{root} lacks {', '.join(missing)}: the module tests evaluate with nixpkgs' own "
-            "llama-cpp module and recipe (a full nixpkgs checkout, or ../shared/nixpkgs)"
+            "llama-cpp and litellm modules and llama-cpp recipe (a full nixpkgs checkout, or ../shared/nixpkgs)"
         )
     return root
 
