@@ -111,6 +111,8 @@
         presets-base = ./modules/base-presets.nix;
         vllm = ./modules/vllm.nix;
         hyperqwen = ./modules/hyperqwen.nix;
+        # Several boxes behind nixpkgs' services.litellm, and the training/inference arbiter.
+        fleet = ./modules/fleet.nix;
         llm-fa86 = ./specialisations/llm-fa86.nix;
         llm-llamampere = {
           imports = [

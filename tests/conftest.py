@@ -10,6 +10,7 @@ import signal
 import pytest
 
 from llm_bench.demo import write_demo_bed
+from llm_bench.testbed.litellm_proxy import ProxyProcess, ensure_litellm, start_proxy
 from llm_bench.testbed.llama_server import ensure_llama_server
 from llm_bench.testbed.router import RouterProcess, start_router
 from llm_bench.testbed.smollm2 import ensure_smollm2
@@ -80,3 +81,28 @@ def router_factory(llama_server_bin: Path, tmp_path: Path) -> Iterator[StartRout
     yield start
     for router in started:
         router.stop()
+
+
+@pytest.fixture(scope="session")
+def litellm_bin() -> Path:
+    """The real LiteLLM proxy, pinned, in its own environment in the machine's cache."""
+    return ensure_litellm()
+
+
+StartProxy = Callable[..., ProxyProcess]
+
+
+@pytest.fixture
+def proxy_factory(litellm_bin: Path, tmp_path: Path) -> Iterator[StartProxy]:
+    """Start real LiteLLM proxies from config files (env: the keys an environmentFile would
+    give); all are stopped at teardown."""
+    started: list[ProxyProcess] = []
+
+    def start(config: Path, **kwargs) -> ProxyProcess:
+        proxy = start_proxy(litellm_bin, config, log_path=tmp_path / f"litellm-{len(started)}.log", **kwargs)
+        started.append(proxy)
+        return proxy
+
+    yield start
+    for proxy in started:
+        proxy.stop()

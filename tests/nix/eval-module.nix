@@ -10,11 +10,14 @@
 # list and modulesPath pointing at nixpkgs' modules, so the `disabledModules` of
 # ../../modules/llama-cpp.nix must really remove it (else its options are declared twice).
 # With `modulesPath` elsewhere, `disabledModules` names no file in the list: the control that
-# shows the evaluation would then fail.
+# shows the evaluation would then fail. nixpkgs' own services.litellm module is in the list too,
+# for ../../modules/fleet.nix, which only sets its options.
 {
   libPath,
   nixpkgsRoot ? dirOf libPath,
   nixpkgsModule ? nixpkgsRoot + "/nixos/modules/services/misc/llama-cpp.nix",
+  # nixpkgs' own services.litellm, which the fleet module (../../modules/fleet.nix) configures.
+  litellmModule ? nixpkgsRoot + "/nixos/modules/services/misc/litellm.nix",
   modulesPath ? nixpkgsRoot + "/nixos/modules",
 }:
 
@@ -29,6 +32,18 @@ let
   # nixos/modules/system/activation/no-clone.nix: a specialisation has none of its own.
   noClone = {
     specialisation = lib.mkOverride 0 { };
+  };
+
+  # nixos/lib/systemd-unit-options.nix's type of a serviceConfig value: list definitions
+  # (ExecStartPre, ExecCondition, ...) are concatenated, other values must agree.
+  unitOption = lib.mkOptionType {
+    name = "systemd option";
+    merge =
+      loc: defs:
+      if lib.any (def: lib.isList def.value) defs then
+        lib.concatMap (def: lib.toList def.value) defs
+      else
+        lib.mergeEqualOption loc defs;
   };
 
   # The NixOS options that the modules set, declared loosely.
@@ -73,8 +88,16 @@ let
               freeformType = types.attrsOf types.anything;
               options = {
                 serviceConfig = mkOption {
-                  type = types.attrsOf types.anything;
+                  type = types.attrsOf unitOption;
                   default = { };
+                };
+                onSuccess = mkOption {
+                  type = types.listOf types.str;
+                  default = [ ];
+                };
+                onFailure = mkOption {
+                  type = types.listOf types.str;
+                  default = [ ];
                 };
                 environment = mkOption {
                   type = types.attrsOf types.str;
@@ -130,6 +153,14 @@ let
           default =
             lib.elem "nvidia" config.services.xserver.videoDrivers || config.hardware.nvidia.datacenter.enable;
         };
+        systemd.package = mkOption {
+          type = types.package;
+          default = pkgs.systemd;
+        };
+        systemd.tmpfiles.rules = mkOption {
+          type = types.listOf types.str;
+          default = [ ];
+        };
         networking.firewall.allowedTCPPorts = mkOption {
           type = types.listOf types.port;
           default = [ ];
@@ -160,6 +191,7 @@ let
         nixosStub
         { _module.args = { inherit pkgs utils; }; }
         nixpkgsModule
+        litellmModule
       ]
       ++ modules;
       specialArgs = { inherit modulesPath; };

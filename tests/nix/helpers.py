@@ -107,16 +107,35 @@ def nixpkgs_lib() -> Path:
 
 
 NIXPKGS_MODULE = Path("nixos/modules/services/misc/llama-cpp.nix")
+NIXPKGS_LITELLM_MODULE = Path("nixos/modules/services/misc/litellm.nix")
 NIXPKGS_RECIPE = Path("pkgs/by-name/ll/llama-cpp/package.nix")
 
 
 def nixpkgs_root() -> Path:
-    """The nixpkgs tree around NIXPKGS_LIB's lib, with nixpkgs' llama-cpp module and recipe."""
+    """The nixpkgs tree around NIXPKGS_LIB's lib, with nixpkgs' llama-cpp and litellm modules and llama-cpp recipe."""
     root = nixpkgs_lib().parent
-    missing = [str(p) for p in (NIXPKGS_MODULE, NIXPKGS_RECIPE) if not (root / p).is_file()]
+    missing = [str(p) for p in (NIXPKGS_MODULE, NIXPKGS_LITELLM_MODULE, NIXPKGS_RECIPE) if not (root / p).is_file()]
     if missing:
         _missing(
             f"{root} lacks {', '.join(missing)}: the module tests evaluate with nixpkgs' own "
-            "llama-cpp module and recipe (a full nixpkgs checkout, or ../shared/nixpkgs)"
+            "llama-cpp and litellm modules and llama-cpp recipe (a full nixpkgs checkout, or ../shared/nixpkgs)"
         )
     return root
+
+
+def litellm_config(module: str) -> str:
+    """The config file that nixpkgs' services.litellm unit runs with (its ExecStart's --config)
+    when modules/fleet.nix is evaluated with `module`, as text (JSON, which is YAML: see
+    stand-ins.nix). Raises NixError when the configuration fails an assertion."""
+    harness = REPO / "tests" / "nix" / "eval-module.nix"
+    found = nix_eval(
+        f"let h = import {harness} {{ libPath = {nixpkgs_root()}/lib; }};"
+        f" e = h.eval [ {REPO}/modules/fleet.nix ({module}) ];"
+        ' file = (h.pkgs.formats.yaml { }).generate "config.yaml" e.config.services.litellm.settings;'
+        " failed = h.failedAssertions e.config; in"
+        ' if failed != [ ] then throw (builtins.concatStringsSep "\n" failed)'
+        " else { execStart = e.config.systemd.services.litellm.serviceConfig.ExecStart;"
+        " path = file.outPath; inherit (file) text; }"
+    )
+    assert isinstance(found, dict) and found["execStart"].endswith(f" --config {found['path']}"), found
+    return found["text"]

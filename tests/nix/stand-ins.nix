@@ -156,6 +156,44 @@ let
       name = "empty-directory";
       buildCommand = "mkdir $out";
     };
+    runtimeShell = "${tool "bash" "5.3"}/bin/bash";
+    fetchurl = args: fakeDrv { name = baseNameOf args.url; inherit (args) url; };
+    systemd = tool "systemd" "258";
+    litellm = fakeDrv {
+      pname = "litellm";
+      version = "1.80.0";
+      meta.mainProgram = "litellm";
+    };
+
+    # pkgs.formats.yaml's type as nixpkgs declares it. `generate` writes JSON, which is YAML:
+    # the real one converts the same JSON to YAML with remarshal, and LiteLLM reads either
+    # with PyYAML (tests/test_fleet_litellm.py starts the real proxy with this text).
+    formats.yaml =
+      { }:
+      {
+        type =
+          let
+            valueType =
+              with lib.types;
+              nullOr (oneOf [
+                bool
+                int
+                float
+                str
+                path
+                (attrsOf valueType)
+                (listOf valueType)
+              ])
+              // {
+                description = "YAML value";
+              };
+          in
+          valueType;
+        generate = name: value: fakeDrv {
+          inherit name;
+          text = builtins.toJSON value;
+        };
+      };
     runCommand =
       name: env: buildCommand:
       fakeDrv (env // { inherit name buildCommand; });

@@ -1,0 +1,133 @@
+"""The fleet module's config file in the real LiteLLM proxy (1.80.0, pinned), in front of two
+real llama-server routers on loopback.
+
+The file is the one nixpkgs' services.litellm unit would run with, rendered by nix-instantiate
+from modules/fleet.nix (needs NIXPKGS_LIB). The first choice takes an API key, which reaches the
+proxy only through its environment, as services.litellm.environmentFile gives it. The proxy
+names the backend that answered in `x-litellm-model-api-base` (the declared URL) and
+`x-litellm-model-id` (`<group>@<box>`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from llm_bench.support.poll import poll_until
+from llm_bench.testbed.litellm_proxy import LiteLLMNotFound, ProxyProcess, ProxyStartError, find_litellm
+from llm_bench.testbed.router import RouterProcess
+from tests.nix.helpers import litellm_config
+
+KEY = "box1-test-key-0123456789"
+ALIAS = "tiny-plain"  # a preset of the demo bed
+
+
+def fleet_module(box1: RouterProcess, box2: RouterProcess) -> str:
+    return f"""{{
+      llmBench.fleet = {{
+        enable = true;
+        models.tiny.backends = {{
+          box1 = {{ url = "{box1.url}/v1"; model = "{ALIAS}"; order = 1; apiKeyVariable = "BOX1_API_KEY"; }};
+          box2 = {{ url = "{box2.url}/v1"; model = "{ALIAS}"; order = 2; }};
+        }};
+        # Short, so that the test sees the first choice take traffic again soon after it returns.
+        cooldownTime = 1;
+      }};
+      services.litellm.environmentFile = "/run/secrets/litellm.env";
+    }}"""
+
+
+def post(proxy: ProxyProcess, model: str = "tiny") -> httpx.Response:
+    return httpx.post(f"{proxy.url}/v1/chat/completions", timeout=120, json={
+        "model": model, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4,
+    })
+
+
+def ask(proxy: ProxyProcess, model: str = "tiny") -> httpx.Response:
+    response = post(proxy, model)
+    assert response.status_code == 200, response.text
+    assert response.json()["usage"]["completion_tokens"] > 0
+    return response
+
+
+def served_by(response: httpx.Response) -> tuple[str | None, str | None]:
+    return response.headers.get("x-litellm-model-api-base"), response.headers.get("x-litellm-model-id")
+
+
+def test_the_proxy_runs_the_rendered_file_and_fails_over_to_the_second_box(
+    router_factory, proxy_factory, bed: Path, tmp_path: Path
+) -> None:
+    box1 = router_factory(bed, extra_args=["--api-key", KEY])
+    box2 = router_factory(bed)
+    config = tmp_path / "config.yaml"
+    config.write_text(litellm_config(fleet_module(box1, box2)))
+    assert KEY not in config.read_text()
+    assert json.loads(config.read_text())["model_list"][0]["litellm_params"]["api_key"] == "os.environ/BOX1_API_KEY"
+    # The first choice refuses requests without its key: an answer from it proves the key flowed.
+    assert httpx.post(f"{box1.url}/v1/chat/completions", json={"model": ALIAS, "messages": []}).status_code == 401
+
+    proxy = proxy_factory(config, env={"BOX1_API_KEY": KEY})
+    print(f"LiteLLM {config.name}: answering after {proxy.startup_s:.1f} s")
+    listed = {m["id"] for m in httpx.get(f"{proxy.url}/v1/models").json()["data"]}
+    assert listed == {"tiny", "tiny@box2"}
+
+    first = ask(proxy)
+    assert served_by(first) == (f"{box1.url}/v1", "tiny@box1")
+    assert first.headers["x-litellm-attempted-fallbacks"] == "0"
+    # A fallback group is a model of its own: the second box through the proxy.
+    assert served_by(ask(proxy, "tiny@box2")) == (f"{box2.url}/v1", "tiny@box2")
+
+    box1.stop()
+    failed_over = ask(proxy)
+    assert served_by(failed_over) == (f"{box2.url}/v1", "tiny@box2")
+    assert failed_over.headers["x-litellm-attempted-fallbacks"] == "1"
+    print(f"first request after the stop answered by the fallback in {failed_over.elapsed.total_seconds():.1f} s")
+
+    # The first choice back on its port: traffic returns to it once its cooldown has passed.
+    router_factory(bed, port=box1.port, extra_args=["--api-key", KEY])
+    back = poll_until(lambda: served_by(ask(proxy))[1] == "tiny@box1" or None, timeout=60, interval=0.5)
+    assert back, f"no request was answered by box1 within 60 s of its return; proxy log:\n{proxy.log()[-3000:]}"
+
+
+def test_why_orders_are_fallback_groups_and_not_litellms_order_key(
+    router_factory, proxy_factory, bed: Path, tmp_path: Path
+) -> None:
+    """The control for the module's design (docs/fleet.md): the same two boxes in one group with
+    LiteLLM's per-deployment `order` (which needs `enable_pre_call_checks`) and no fallback
+    groups. The request that meets the stopped first choice fails (LiteLLM 1.80 retries it on
+    the order-1 deployment); only the next one reaches the second box. If this starts passing
+    on a newer LiteLLM, `order` alone may do, and the module could use it."""
+    box1 = router_factory(bed)
+    box2 = router_factory(bed)
+    rendered = json.loads(litellm_config(fleet_module(box1, box2).replace(
+        'apiKeyVariable = "BOX1_API_KEY";', "").replace('services.litellm.environmentFile = "/run/secrets/litellm.env";', "")))
+    for order, deployment in enumerate(rendered["model_list"], start=1):
+        deployment["model_name"] = "tiny"
+        deployment["litellm_params"]["order"] = order
+    rendered["router_settings"] |= {"fallbacks": [], "enable_pre_call_checks": True}
+    config = tmp_path / "order.yaml"
+    config.write_text(json.dumps(rendered))
+    proxy = proxy_factory(config)
+
+    assert served_by(ask(proxy)) == (f"{box1.url}/v1", "tiny@box1")
+    box1.stop()
+    lost = post(proxy)
+    assert lost.status_code == 500 and "Connection error" in lost.text, lost.text
+    assert served_by(ask(proxy)) == (f"{box2.url}/v1", "tiny@box2")
+
+
+def test_a_config_the_proxy_rejects_is_reported_with_its_log(proxy_factory, tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("model_list:\n  - model_name: tiny\n")  # no litellm_params
+    with pytest.raises(ProxyStartError, match=r"(?s)litellm exited with code \d+ while starting with .*bad.yaml.*"
+                                              r"KeyError: 'litellm_params'"):
+        proxy_factory(config)
+
+
+def test_litellm_names_a_file_that_is_not_a_program(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LITELLM", str(tmp_path / "missing"))
+    with pytest.raises(LiteLLMNotFound, match="LITELLM=.*missing is not an executable file"):
+        find_litellm()
