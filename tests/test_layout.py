@@ -14,7 +14,7 @@ from llm_bench.results import load_results
 PACKAGE = Path(__file__).resolve().parents[1] / "llm_bench"
 
 # Which layer may import which: a module never imports from a layer above its own.
-LAYERS = ["support", "testbed", "engines", "results", "plan", "gpu", "workloads", "diagnostics", "runner",
+LAYERS = ["support", "quality", "testbed", "engines", "results", "plan", "gpu", "workloads", "diagnostics", "runner",
           "report", "sweep", "demo", "tune", "cli"]
 
 
