@@ -18,7 +18,7 @@ from tests.cli_process import LlmBench
 from tests.fake_nvml import FakeGpu, FakeNvml, use_in_subprocesses, write_state
 
 FIXTURES = Path(__file__).parent / "fixtures"
-XID = ("NVRM: Xid (PCI:0000:01:00): 79, pid=4242, name=llama-server, GPU has fallen off the bus.")
+XID = "NVRM: Xid (PCI:0000:01:00): 79, pid=4242, name=llama-server, GPU has fallen off the bus."
 
 
 class Soak(LlmBench):
@@ -40,11 +40,12 @@ def watched(tmp_path, monkeypatch):
     kernel_log = tmp_path / "kern.log"
     kernel_log.write_text((FIXTURES / "kernel-xid.log").read_text())
 
-    def nvml(*pending_xids: int) -> Path:
+    def watch(*pending_xids: int) -> Path:
+        """The kernel log file; NVML's driver reports ``pending_xids`` once the soak watches for events."""
         state = write_state(tmp_path / "nvml.json", FakeNvml(gpus=[FakeGpu(pending_xids=list(pending_xids))]))
         use_in_subprocesses(monkeypatch, state)
         return kernel_log
-    return nvml
+    return watch
 
 
 def common(kernel_log: Path, *more: str) -> tuple[str, ...]:
