@@ -306,9 +306,14 @@ class AliasCapacity:
     slots: int | None = None
     preset_args: list[str] = field(default_factory=list)
     server_build: str | None = None
-    probe: RequestRecord | None = None
+    probes: list[RequestRecord] = field(default_factory=list)  # the model's load, then the probe itself
     searches: list[Search] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+
+    @property
+    def probe(self) -> RequestRecord | None:
+        """The request alone on the loaded model: what the objective's check and the first rate read."""
+        return self.probes[-1] if self.probes else None
 
     def to_toml(self) -> dict[str, Any]:
         out: dict[str, Any] = {"alias": self.alias, "engine": self.engine, "decode_source": self.decode_source}
@@ -318,8 +323,8 @@ class AliasCapacity:
             out["preset_args"] = self.preset_args
         if self.server_build is not None:
             out["server_build"] = self.server_build
-        if self.probe is not None:
-            out["probe"] = self.probe.to_toml()
+        if self.probes:
+            out["probes"] = [p.to_toml() for p in self.probes]
         out["errors"] = self.errors
         out["searches"] = [s.to_toml() for s in self.searches]
         return out

@@ -130,42 +130,55 @@ class _Searcher:
                spread_s: float) -> None:
         outcomes: dict[float, bool] = {}
         measure = self._measurer(search.loop, watch, spread_s)
-        while True:
-            if search.loop == "closed":
-                value, why = next_streams(outcomes, int(search.ceiling or self.settings.max_streams))
-            else:
-                value, why = next_rate(outcomes, start_rate, self.settings.rate_resolution)
-            if value is None:
-                search.stopped_by = why
-                break
-            bound = self.budget.exhausted()
-            if bound:
-                search.stopped_by = bound
-                break
-            try:
-                level = measure(value)
-            except (LevelAborted, LevelInterrupted) as e:
-                search.levels.append(e.level)
-                e.level.judge(self.objective)
-                search.stopped_by = "server-gone" if isinstance(e, LevelAborted) else "interrupted"
+        try:
+            while True:
+                if search.loop == "closed":
+                    value, why = next_streams(outcomes, int(search.ceiling or self.settings.max_streams))
+                else:
+                    value, why = next_rate(outcomes, start_rate, self.settings.rate_resolution)
+                if value is None:
+                    search.stopped_by = why
+                    break
+                bound = self.budget.exhausted()
+                if bound:
+                    search.stopped_by = bound
+                    break
+                try:
+                    level = measure(value)
+                except LevelAborted as e:
+                    self._stop(alias, search, outcomes, "server-gone", e.level)
+                    raise
+                except LevelInterrupted as e:
+                    self._stop(alias, search, outcomes, "interrupted", e.level)
+                    raise KeyboardInterrupt from None
+                search.levels.append(level)
+                judgement = level.judge(self.objective)
+                self.log(_describe_level(level, self.objective))
+                if judgement.client_bound:
+                    search.stopped_by = "client-bound"
+                    alias.errors.append(
+                        f"{search.loop} loop at {amount(search.loop, value)}: refused, the client's lag (p99 "
+                        f"{judgement.lag_p99.value:.1f} ms) exceeds 1 % of the TTFT objective "  # type: ignore[union-attr]
+                        f"({self.objective.max_lag_ms:g} ms): this machine cannot drive that load faithfully")
+                    break
+                if judgement.meets is None:
+                    search.stopped_by = level.cut_short or "not judged"
+                    break
+                outcomes[value] = judgement.meets
                 self._conclude(alias, search, outcomes)
-                raise
+                self.save()
+        except KeyboardInterrupt:  # between two levels, or LevelInterrupted's own
+            if search.stopped_by != "interrupted":
+                self._stop(alias, search, outcomes, "interrupted", None)
+            raise
+        self._conclude(alias, search, outcomes)
+
+    def _stop(self, alias: AliasCapacity, search: Search, outcomes: dict[float, bool], why: str,
+              level: Level | None) -> None:
+        if level is not None:
             search.levels.append(level)
-            judgement = level.judge(self.objective)
-            self.log(_describe_level(level, self.objective))
-            if judgement.client_bound:
-                search.stopped_by = "client-bound"
-                alias.errors.append(
-                    f"{search.loop} loop at {amount(search.loop, value)}: refused, the client's lag (p99 "
-                    f"{judgement.lag_p99.value:.1f} ms) exceeds 1 % of the TTFT objective "  # type: ignore[union-attr]
-                    f"({self.objective.max_lag_ms:g} ms): this machine cannot drive that load faithfully")
-                break
-            if judgement.meets is None:
-                search.stopped_by = level.cut_short or "not judged"
-                break
-            outcomes[value] = judgement.meets
-            self._conclude(alias, search, outcomes)
-            self.save()
+            level.judge(self.objective)
+        search.stopped_by = why
         self._conclude(alias, search, outcomes)
 
     def _measurer(self, loop: str, watch: SlotWatch | None, spread_s: float) -> Callable[[float], Level]:
@@ -234,8 +247,8 @@ def _one_alias(engine: Engine, alias: str, protocol: Protocol, settings: Capacit
         run.aliases.append(record)
         results.save()
         return
-    record.probe = probes[-1]
-    missing = uncheckable(record.probe, engine.decode_source)
+    record.probes = probes
+    missing = uncheckable(probes[-1], engine.decode_source)
     if missing:
         message = f"the objective cannot be checked on {alias}: {missing}"
         if run.path is None:
@@ -253,10 +266,11 @@ def _one_alias(engine: Engine, alias: str, protocol: Protocol, settings: Capacit
             pass
         run.aliases.append(record)
         results.save()
-        log(f"  probe: decode {record.probe.decode_tps:.1f} t/s, TTFT {record.probe.ttft_ms:.0f} ms"
+        alone = probes[-1]
+        log(f"  probe: decode {alone.decode_tps:.1f} t/s, TTFT {alone.ttft_ms:.0f} ms"
             + (f", {record.slots} slot(s)" if record.slots else ""))
         searcher = _Searcher(engine, request, settings, objective, budget, results.save, log)
-        duration = (record.probe.ended_s or 0.0) - record.probe.scheduled_s
+        duration = (alone.ended_s or 0.0) - alone.scheduled_s
         start_rate = settings.start_rate_per_min or float(f"{30.0 / max(duration, 1e-3):.3g}")
         for loop in settings.loops:
             search = Search(loop)
@@ -271,9 +285,9 @@ def _one_alias(engine: Engine, alias: str, protocol: Protocol, settings: Capacit
                 results.save()
                 raise CapacityAborted(f"the server went away during {alias}'s {loop} loop ({e}); every level "
                                       f"measured is in {run.path}") from e.cause
-            except LevelInterrupted:
+            except KeyboardInterrupt:
                 results.save()
-                raise KeyboardInterrupt from None
+                raise
             results.save()
             log(f"  {search.answer}")
     finally:
