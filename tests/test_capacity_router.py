@@ -98,7 +98,7 @@ def test_more_slots_carry_more_sessions(two_runs):
         p1 = results["aliases"][0]
         assert p1["slots"] == 1 and n["p1"] == 1
         assert "2 break the TTFT objective" in p1["searches"][0]["answer"]
-        assert "requests queued for a slot (2 streams on 1 slots)" in p1["searches"][0]["answer"]
+        assert "requests queued for a slot (2 streams on 1 slot)" in p1["searches"][0]["answer"]
         # the server itself said so: its requests_deferred gauge and its slots, all busy while one waited
         queued = next(lv for lv in p1["searches"][0]["levels"] if lv["level"] == 2)["slots"]
         assert queued["deferred_max"] >= 1 and queued["queued_samples"] > 0

@@ -39,7 +39,6 @@ class Budget:
 
     def __init__(self, max_requests: int, max_duration_s: float):
         self.max_requests = max_requests
-        self.max_duration_s = max_duration_s
         self.deadline = clock() + max_duration_s
         self.sent = 0
         self._lock = threading.Lock()

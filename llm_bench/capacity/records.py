@@ -204,6 +204,10 @@ def judge(requests: list[RequestRecord], objective: Objective, window: tuple[flo
     )
 
 
+def _slots(n: int | None) -> str:
+    return f"{n} slot{'' if n == 1 else 's'}"
+
+
 @dataclass
 class Level:
     """One level of one loop: N streams (closed) or R requests per minute (open), with every request."""
@@ -247,9 +251,10 @@ class Level:
         slots = self.slots.slots if self.slots else None
         more_streams = self.loop == "closed" and slots is not None and self.level > slots
         if more_streams:
-            return f"{ttft}: requests queued for a slot ({self.level:g} streams on {slots} slots)"
+            return f"{ttft}: requests queued for a slot ({self.level:g} streams on {_slots(slots)})"
         if self.slots is not None and self.slots.queued:
-            return f"{ttft}: requests queued for a slot (all {slots} slots busy, up to {self._waiting()} waiting)"
+            every = "the slot" if slots == 1 else f"all {slots} slots"
+            return f"{ttft}: requests queued for a slot ({every} busy, up to {self._waiting()} waiting)"
         wait = tail_phrase(j.wait_ms_p95, "wait", 0.001, 2, " s")
         return f"{ttft}: requests waited before the server started their prompt ({wait})"
 

@@ -52,9 +52,9 @@ def next_rate(outcomes: Mapping[float, bool], start: float, resolution: float) -
         return (start if b.carried is None else b.carried * 2), ""
     if b.carried is None:
         lowest = start / 2 ** MAX_HALVINGS
-        if b.broken_at <= lowest * (1 + 1e-9):
+        if b.broken_at <= lowest * 1.01:  # (rounding to three digits may leave it a hair above)
             return None, "none-meets"
-        return max(b.broken_at / 2, lowest), ""
+        return _round(max(b.broken_at / 2, lowest)), ""
     if b.broken_at / b.carried - 1 <= resolution + 1e-9:
         return None, "found"
     middle = _round((b.carried + b.broken_at) / 2)

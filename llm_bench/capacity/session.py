@@ -6,7 +6,7 @@ file rewritten after every level so that a dying server or Ctrl-C loses nothing 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -53,14 +53,16 @@ class CapacityRun:
 class _File:
     """The results file: reserved when the first probe has passed, rewritten after every level."""
 
-    def __init__(self, run: CapacityRun, output_dir: Path, stem: str):
+    def __init__(self, run: CapacityRun, output_dir: Path, stem: str, log: Log):
         self.run = run
         self.output_dir = output_dir
         self.stem = stem
+        self.log = log
 
     def save(self) -> None:
         if self.run.path is None:
             self.run.path = reserve_path(self.output_dir, self.stem)
+            self.log(f"Results: {self.run.path}")
         meta = {k: v for k, v in self.run.meta.items() if v is not None}
         write_toml(self.run.path, {"meta": meta, "aliases": [a.to_toml() for a in self.run.aliases]})
 
@@ -211,10 +213,10 @@ def run_capacity(cplan: CapacityPlan, log: Log, nvml: Nvml | None = None) -> Cap
     try:
         with nvml or Nvml() as gpus:
             aliases = select_models(engine, plan.aliases)
-            run.meta = provenance(plan, engine, gpus, started_at) | {
+            run.meta = provenance(replace(plan, protocol=protocol), engine, gpus, started_at) | {
                 "format": FORMAT, "capacity": settings.to_toml(),
                 "objective": {"min_stream_tps": objective.min_stream_tps, "max_ttft_s": objective.max_ttft_s}}
-            results = _File(run, plan.output_dir, results_stem(started_at, f"capacity-{plan.label}".rstrip("-")))
+            results = _File(run, plan.output_dir, results_stem(started_at, f"capacity-{plan.label}".rstrip("-")), log)
             budget = Budget(settings.max_requests, settings.max_duration_s)
             for n, alias in enumerate(aliases, 1):
                 log(f"Capacity {n}/{len(aliases)}: {alias}")
