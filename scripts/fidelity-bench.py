@@ -12,7 +12,14 @@ compares
   the router's proxying and tokenisation, so it is longer; printed in ms).
 
 It prints the deviation of each run and the median; it is a benchmark, not a test, and asserts nothing.
+
+``--capacity-streams 64,128`` drives the same presets with ``llm-bench capacity``'s closed loop instead (N
+streams, each sending its next request when its last one ended, for a warm-up and a window) and prints,
+over the window's requests, how far the client's decode t/s lies from the server's (median, the share
+within 1 %, the extremes) and the client's lag (from when a request was due to when its last byte was
+written: what capacity refuses above 1 % of the TTFT objective).
 Usage: .venv/bin/python scripts/fidelity-bench.py [--runs 20] [--max-tokens 512] [--streams 1,8]
+       .venv/bin/python scripts/fidelity-bench.py --capacity-streams 64,128 [--window-s 20]
 """
 
 from __future__ import annotations
@@ -24,9 +31,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+from llm_bench.capacity.loops import Budget, closed_level
+from llm_bench.capacity.records import Level
+from llm_bench.capacity.settings import CapacitySettings
 from llm_bench.engines import open_engine
 from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 from llm_bench.plan import shipped_prompt
+from llm_bench.results import tail_of
 from llm_bench.testbed.llama_server import ensure_llama_server
 from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.testbed.router import running_router
@@ -85,6 +96,37 @@ def report(streams: int, measurements: list[StreamMeasurement]) -> None:
               f"[min {min(ttft_gaps):+.1f}, max {max(ttft_gaps):+.1f}]")
 
 
+def capacity_level(engine, request: ChatRequest, streams: int, window_s: float) -> Level:
+    """One closed-loop level as ``llm-bench capacity`` runs it; every stream sends at least once in the window."""
+    engine.stream(request)  # load the preset and warm it up; not counted
+    settings = CapacitySettings(min_stream_tps=1.0, max_ttft_s=1.0, warmup_s=5.0, window_s=window_s,
+                                min_window_requests=streams)
+    return closed_level(engine, request, streams, settings, Budget(1_000_000, 3600.0))
+
+
+def report_capacity(streams: int, level: Level) -> None:
+    window = [r for r in level.requests if r.counted]
+    failed = [r for r in window if r.error]
+    devs = [r.client_decode_tps / r.server_decode_tps - 1.0 for r in window
+            if r.client_decode_tps and r.server_decode_tps]
+    lags = [r.lag_ms for r in window if r.lag_ms is not None]
+    load = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    print(f"\n== capacity closed loop, {streams} streams: {len(window)} window requests of {len(level.requests)} "
+          f"(load average {load} on {os.cpu_count()} CPUs) ==")
+    if failed:
+        print(f"{len(failed)} failed, e.g. {failed[0].error}")
+    if devs:
+        within = sum(abs(d) <= 0.01 for d in devs)
+        server = statistics.median(r.server_decode_tps for r in window if r.server_decode_tps)
+        print(f"per-stream server decode: median {server:.1f} t/s")
+        print(f"median decode deviation (client vs server): {pct(statistics.median(devs))}  "
+              f"[min {pct(min(devs))}, max {pct(max(devs))}]; within 1 %: {within} of {len(devs)}")
+    if lags:
+        tail = tail_of(lags, 99)
+        print(f"client lag: median {statistics.median(lags):.2f} ms, {tail.label} {tail.value:.2f} ms "
+              f"(n={tail.samples}); 1 % of a 2 s TTFT objective is 20 ms")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20, help="requests (1 stream) or batches (8 streams) per level")
@@ -92,8 +134,12 @@ def main() -> int:
     parser.add_argument("--streams", default="1,8", help="stream counts, comma-separated")
     parser.add_argument("--server-threads", type=int, default=1,
                         help="llama-server threads (default 1: the client keeps a core of its own)")
+    parser.add_argument("--capacity-streams", help="closed-loop stream counts (capacity's load), e.g. 64,128; "
+                                                   "instead of --streams")
+    parser.add_argument("--window-s", type=float, default=20.0, help="closed loop: seconds of window, at least")
     args = parser.parse_args()
-    levels = [int(s) for s in args.streams.split(",")]
+    closed = bool(args.capacity_streams)
+    levels = [int(s) for s in (args.capacity_streams or args.streams).split(",")]
 
     with tempfile.TemporaryDirectory(prefix="llm-bench-fidelity-") as tmp:
         folder = Path(tmp)
@@ -109,7 +155,10 @@ def main() -> int:
                 for n in levels:
                     request = ChatRequest(f"x{n}", shipped_prompt("code"), args.max_tokens, 1.0, 42,
                                           prompt_cache=False)
-                    report(n, measure(engine, request, n, args.runs))
+                    if closed:
+                        report_capacity(n, capacity_level(engine, request, n, args.window_s))
+                    else:
+                        report(n, measure(engine, request, n, args.runs))
             finally:
                 engine.close()
     return 0

@@ -32,6 +32,7 @@ class FakeVllmConfig:
     fail_requests: int = 0  # answer this many completions with HTTP 500, as an engine still compiling does
     max_model_len: int = 32768  # /v1/models reports it per model
     reply: str = ""  # a non-streamed answer's text (cut to max_tokens words); empty: "tok tok ..."
+    usage: bool = True  # False: a server that ignores stream_options.include_usage (no usage chunk)
 
 
 @dataclass
@@ -233,5 +234,6 @@ class FakeVllm:
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n_tokens,
                  "total_tokens": prompt_tokens + n_tokens,
                  "prompt_tokens_details": {"cached_tokens": cached} if cfg.cached_tokens_in_usage else None}
-        send(f"data: {json.dumps({'id': 'chatcmpl-fake', 'object': 'chat.completion.chunk', 'choices': [], 'usage': usage})}\n\n")
+        if cfg.usage:
+            send(f"data: {json.dumps({'id': 'chatcmpl-fake', 'object': 'chat.completion.chunk', 'choices': [], 'usage': usage})}\n\n")
         send("data: [DONE]\n\n")

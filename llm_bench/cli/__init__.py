@@ -8,6 +8,7 @@ from __future__ import annotations
 import click
 
 from llm_bench import __version__
+from llm_bench.cli.capacity import capacity
 from llm_bench.cli.demo import demo
 from llm_bench.cli.doctor import doctor
 from llm_bench.cli.engine import engine
@@ -32,5 +33,5 @@ def main() -> None:
         log(f"llm-bench: could not check for power limits to restore: {e}")
 
 
-for command in (run, report, demo, sweep, engine, doctor, power, soak, telemetry, tune):
+for command in (run, report, demo, sweep, engine, doctor, power, soak, telemetry, tune, capacity):
     main.add_command(command)

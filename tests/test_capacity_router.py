@@ -1,0 +1,255 @@
+"""llm-bench capacity against a real llama-server router on 2 CPU cores.
+
+SmolLM2 presets with 1, 2 and 4 slots (one server thread, so the client keeps a core of its own), a short
+prompt and 96 tokens: the objective (>= 10 t/s per stream, p95 TTFT <= 1.2 s) holds while every stream has a
+slot (TTFT ~0.3 s) and breaks one stream later, when each request waits for a slot (TTFT 1.5-4 s). Two whole
+runs show the larger answer for more slots and its stability; every request is checked against the
+server's own timings and counters. A real SIGINT, a server killed partway, an objective nothing meets, one
+that cannot be checked, and the open loop's seeded arrivals each get their own test.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from llm_bench.cli import main
+from llm_bench.cli.exits import ABORTED, COULD_NOT_RUN, INTERRUPTED, OK
+from llm_bench.engines.metrics import parse_prometheus
+from llm_bench.support.poll import poll_until
+from llm_bench.testbed.presets import render_presets_ini
+from llm_bench.testbed.router import RouterProcess, start_router
+from tests.fake_vllm import FakeVllm, FakeVllmConfig
+
+REPO = Path(__file__).resolve().parents[1]
+MAX_TOKENS = 96
+OBJECTIVE = ["--min-stream-tps", "10", "--max-ttft-s", "1.2"]
+QUICK = ["--warmup-s", "1", "--window-s", "1", "--min-window-requests", "4"]
+PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle.\n"
+
+
+def slot_presets(model: Path) -> str:
+    presets: dict[str, dict] = {"*": {"model": str(model), "threads": 1, "metrics": True}}
+    presets |= {f"p{slots}": {"parallel": slots, "ctx-size": 1024 * slots} for slots in (1, 2, 4)}
+    return render_presets_ini(presets)
+
+
+@pytest.fixture(scope="module")
+def slots_bed(tmp_path_factory: pytest.TempPathFactory, llama_server_bin: Path, smollm2: Path) -> Iterator[tuple[RouterProcess, Path]]:
+    folder = tmp_path_factory.mktemp("capacity")
+    ini = folder / "presets.ini"
+    ini.write_text(slot_presets(smollm2))
+    (folder / "prompt.txt").write_text(PROMPT)
+    router = start_router(llama_server_bin, ini, log_path=folder / "router.log")
+    yield router, folder
+    router.stop()
+
+
+def capacity_args(url: str, folder: Path, out: Path, *extra: str) -> list[str]:
+    return ["capacity", "--url", url, *OBJECTIVE, *QUICK, "--max-tokens", str(MAX_TOKENS),
+            "--prompt-file", str(folder / "prompt.txt"), "--output-dir", str(out), *extra]
+
+
+def load(out: Path) -> dict:
+    (path,) = out.glob("*.toml")
+    return tomllib.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def two_runs(slots_bed) -> tuple[dict, dict, str]:
+    """The same search twice over the three presets; after the second, p4 is still loaded (--no-unload), so
+    its instance's /metrics counters cover exactly the second run's requests to it."""
+    router, folder = slots_bed
+    results = []
+    for n in (1, 2):
+        out = folder / f"run{n}"
+        result = CliRunner().invoke(main, capacity_args(router.url, folder, out, "--alias", "p1,p2,p4",
+                                                        "--no-unload"))
+        assert result.exit_code == OK, result.output
+        results.append(load(out))
+    metrics = httpx.get(f"{router.url}/metrics", params={"model": "p4", "autoload": "false"}, timeout=30)
+    assert metrics.status_code == 200, metrics.text
+    return results[0], results[1], metrics.text
+
+
+def carried(results: dict) -> dict[str, int]:
+    return {a["alias"]: int(a["searches"][0].get("carried", 0)) for a in results["aliases"]}
+
+
+def all_requests(alias: dict) -> list[dict]:
+    return alias["probes"] + [r for s in alias["searches"] for lv in s["levels"] for r in lv["requests"]]
+
+
+def test_more_slots_carry_more_sessions(two_runs):
+    for results in two_runs[:2]:
+        n = carried(results)
+        assert n["p1"] < n["p2"] < n["p4"], n
+        p1 = results["aliases"][0]
+        assert p1["slots"] == 1 and n["p1"] == 1
+        assert "2 break the TTFT objective" in p1["searches"][0]["answer"]
+        assert "requests queued for a slot (2 streams on 1 slot)" in p1["searches"][0]["answer"]
+        # the server itself said so: its requests_deferred gauge and its slots, all busy while one waited
+        queued = next(lv for lv in p1["searches"][0]["levels"] if lv["level"] == 2)["slots"]
+        assert queued["deferred_max"] >= 1 and queued["queued_samples"] > 0
+        alone = next(lv for lv in p1["searches"][0]["levels"] if lv["level"] == 1)["slots"]
+        assert alone.get("deferred_max", 0) == 0 and alone["queued_samples"] == 0
+
+
+def test_answers_are_stable_within_one_step(two_runs):
+    first, second = carried(two_runs[0]), carried(two_runs[1])
+    assert all(abs(first[a] - second[a]) <= 1 for a in first), (first, second)
+
+
+def test_per_request_figures_are_the_servers_own(two_runs):
+    _, second, metrics = two_runs
+    p4 = next(a for a in second["aliases"] if a["alias"] == "p4")
+    requests = all_requests(p4)
+    assert all("error" not in r for r in requests)
+    # every request the server served is in the file, once, with the server's own figures: the instance's
+    # counters are the sums of the per-request timings
+    counters = {s.name: s.value for s in parse_prometheus(metrics)}
+    assert counters["llamacpp:tokens_predicted_total"] == sum(r["output_tokens"] for r in requests)
+    assert counters["llamacpp:prompt_tokens_total"] == sum(r["prompt_tokens"] - r["cache_n"] for r in requests)
+    decode_s = sum(r["decode_ms"] for r in requests) / 1000.0
+    assert counters["llamacpp:tokens_predicted_seconds_total"] == pytest.approx(decode_s, abs=1e-5 * len(requests))
+    for r in requests:
+        assert r["output_tokens"] == MAX_TOKENS and r["finish_reason"] == "length"
+        assert r["decode_tps"] == r["server_decode_tps"]  # llama.cpp: the server's timings.predicted_per_second
+        assert r["decode_tps"] == pytest.approx((MAX_TOKENS - 1) / (r["decode_ms"] / 1000.0), rel=1e-6)
+        assert r["ttft_ms"] >= r["prompt_ms"] and r["wait_ms"] == pytest.approx(r["ttft_ms"] - r["prompt_ms"])
+        assert r["sent_s"] >= r["scheduled_s"] and r["lag_ms"] >= 0
+    # the client's own clock agrees with the server's on the decode rate (median over the requests)
+    deviations = [r["client_decode_tps"] / r["server_decode_tps"] - 1 for r in requests]
+    assert abs(statistics.median(deviations)) < 0.01
+    # closed loop: a stream's next request was due the moment its last one ended
+    for level in p4["searches"][0]["levels"]:
+        by_stream: dict[int, list[dict]] = {}
+        for r in level["requests"]:
+            by_stream.setdefault(r["stream"], []).append(r)
+        for stream in by_stream.values():
+            stream.sort(key=lambda r: r["scheduled_s"])
+            for before, after in zip(stream, stream[1:]):
+                assert after["scheduled_s"] == pytest.approx(before["ended_s"], abs=1e-9)
+        window = [r for r in level["requests"] if r["phase"] == "window"]
+        assert len(window) == level["counted"] >= 4
+        assert max(r["lag_ms"] for r in window) == pytest.approx(level["lag_p99"])
+
+
+def test_an_objective_no_level_meets_is_an_answer(slots_bed):
+    router, folder = slots_bed
+    out = folder / "none"
+    result = CliRunner().invoke(main, capacity_args(router.url, folder, out, "--alias", "p2", "--min-stream-tps",
+                                                    "100000"))
+    assert result.exit_code == OK, result.output
+    (search,) = load(out)["aliases"][0]["searches"]
+    assert search["stopped_by"] == "none-meets" and "carried" not in search
+    assert search["answer"].startswith("p2 does not carry even 1 concurrent session at >= 100000 t/s")
+    assert "1 breaks the decode objective" in result.output
+
+
+def test_open_loop_arrivals_are_seeded_poisson_and_the_search_stops_by_itself(slots_bed):
+    router, folder = slots_bed
+    out = folder / "open"
+    result = CliRunner().invoke(main, capacity_args(
+        router.url, folder, out, "--alias", "p2", "--loop", "open", "--start-rate-per-min", "12",
+        "--rate-resolution", "0.5", "--window-s", "3", "--max-requests", "45", "--arrival-seed", "7"))
+    assert result.exit_code == OK, result.output
+    (search,) = load(out)["aliases"][0]["searches"]
+    assert search["loop"] == "open" and search["stopped_by"] in ("found", "max_requests", "none-meets")
+    assert search["levels"][0]["level"] == 12
+    for level in search["levels"]:
+        # the level's requests were due at the seeded Poisson arrivals, R per minute
+        arrivals, due, rng = [], 0.0, random.Random(7)
+        for _ in level["requests"]:
+            due += rng.expovariate(1.0) * 60.0 / level["level"]
+            arrivals.append(due)
+        assert sorted(r["scheduled_s"] for r in level["requests"]) == pytest.approx(arrivals, abs=1e-6)
+        if "goodput_per_min" in level:
+            assert level["goodput_per_min"] <= level["throughput_per_min"]
+    if search["stopped_by"] == "max_requests":
+        assert "(--max-requests)" in search["answer"]
+
+
+def wait_for_levels(out: Path, count: int, process: subprocess.Popen, timeout: float = 300) -> None:
+    def saved() -> bool | None:
+        if process.poll() is not None:
+            raise AssertionError(f"capacity exited early ({process.returncode}): {process.stderr.read()}")
+        for path in out.glob("*.toml"):
+            try:
+                data = tomllib.loads(path.read_text())
+            except (tomllib.TOMLDecodeError, OSError):
+                continue
+            levels = [lv for a in data.get("aliases", []) for s in a["searches"] for lv in s["levels"]]
+            if len(levels) >= count:
+                return True
+        return None
+
+    assert poll_until(saved, timeout=timeout, interval=0.2), f"no {count} level(s) saved within {timeout} s"
+
+
+def start_capacity(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "llm_bench", *args], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ})
+
+
+def test_ctrl_c_keeps_every_level_measured(slots_bed):
+    router, folder = slots_bed
+    out = folder / "interrupted"
+    process = start_capacity(capacity_args(router.url, folder, out, "--alias", "p4", "--window-s", "3",
+                                           "--min-window-requests", "2"))
+    wait_for_levels(out, 1, process)  # the first level is on disk; the second has just started
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == INTERRUPTED, err
+    assert "interrupted" in err and "Traceback" not in err
+    data = load(out)
+    assert data["meta"]["complete"] is False
+    levels = data["aliases"][0]["searches"][0]["levels"]
+    assert levels[0]["level"] == 1 and levels[0]["counted"] >= 2 and "cut_short" not in levels[0]
+    if len(levels) > 1:  # the level Ctrl-C stopped: the requests that had ended, marked, not judged
+        assert levels[1]["cut_short"] == "interrupted" and "meets" not in levels[1]
+    assert data["aliases"][0]["searches"][0]["stopped_by"] == "interrupted"
+
+
+def test_a_server_dying_partway_exits_3_with_every_level_kept(llama_server_bin, smollm2, tmp_path):
+    ini = tmp_path / "presets.ini"
+    ini.write_text(slot_presets(smollm2))
+    (tmp_path / "prompt.txt").write_text(PROMPT)
+    router = start_router(llama_server_bin, ini, log_path=tmp_path / "router.log")
+    out = tmp_path / "out"
+    try:
+        process = start_capacity(capacity_args(router.url, tmp_path, out, "--alias", "p2", "--window-s", "3",
+                                               "--min-window-requests", "2"))
+        wait_for_levels(out, 1, process)
+        router.stop()
+        _, err = process.communicate(timeout=120)
+    finally:
+        router.stop()
+    assert process.returncode == ABORTED, err
+    assert "the server went away" in err and "Traceback" not in err
+    data = load(out)
+    levels = data["aliases"][0]["searches"][0]["levels"]
+    assert levels[0]["counted"] >= 2 and levels[0]["meets"] is True
+    assert levels[-1]["cut_short"] == "server-gone" and any("error" in r for r in levels[-1]["requests"])
+    assert data["aliases"][0]["searches"][0]["stopped_by"] == "server-gone"
+
+
+def test_an_objective_the_server_cannot_show_is_refused_before_measuring(tmp_path):
+    with FakeVllm(FakeVllmConfig(usage=False)) as vllm:
+        result = CliRunner().invoke(main, ["capacity", "--engine", "openai", "--url", vllm.url, *OBJECTIVE,
+                                           "--output-dir", str(tmp_path), "--max-tokens", "8"])
+        calls = vllm.state.chat_calls
+    assert result.exit_code == COULD_NOT_RUN, result.output
+    assert "no usage.completion_tokens" in result.output and "nothing was measured" in result.output
+    assert calls == 2 and not list(tmp_path.glob("*.toml"))  # the probe only
