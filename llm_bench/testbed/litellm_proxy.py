@@ -14,7 +14,6 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ import httpx
 
 from llm_bench.support.poll import poll_until
 from llm_bench.testbed.llama_server import cache_dir
-from llm_bench.testbed.router import free_port
+from llm_bench.testbed.router import ServerProcess, free_port
 
 LITELLM_VERSION = "1.80.0"
 REQUIREMENT = f"litellm[proxy]=={LITELLM_VERSION}"
@@ -96,27 +95,8 @@ def ensure_litellm(log: Callable[[str], None] = print) -> Path:
 
 
 @dataclass
-class ProxyProcess:
-    url: str
-    port: int
-    process: subprocess.Popen
-    log_path: Path
+class ProxyProcess(ServerProcess):
     startup_s: float  # from the exec to the first answer of /v1/models
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self, timeout: float = 15.0) -> None:
-        """SIGTERM the proxy's process group (uvicorn and its workers)."""
-        if self.process.poll() is not None:
-            return
-        pgid = os.getpgid(self.process.pid)
-        os.killpg(pgid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(pgid, signal.SIGKILL)
-            self.process.wait()
 
 
 def proxy_command(binary: Path, config: Path, port: int) -> list[str]:

@@ -27,7 +27,9 @@ def free_port() -> int:
 
 
 @dataclass
-class RouterProcess:
+class ServerProcess:
+    """A server this package started in a process group of its own, with its log file."""
+
     url: str
     port: int
     process: subprocess.Popen
@@ -37,7 +39,7 @@ class RouterProcess:
         return self.log_path.read_text(errors="replace")
 
     def stop(self, timeout: float = 15.0) -> None:
-        """SIGTERM the router's process group, so its model instances go too."""
+        """SIGTERM the process group, so what the server spawned (model instances, workers) goes too."""
         if self.process.poll() is not None:
             return
         pgid = os.getpgid(self.process.pid)
@@ -47,10 +49,14 @@ class RouterProcess:
         except subprocess.TimeoutExpired:
             os.killpg(pgid, signal.SIGKILL)
             self.process.wait()
-        try:  # instances the router spawned may outlive it by a moment
+        try:  # what the server spawned may outlive it by a moment
             os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+class RouterProcess(ServerProcess):
+    """A llama-server in router mode."""
 
 
 def router_command(binary: Path, presets_ini: Path, port: int, extra_args: Sequence[str]) -> list[str]:
