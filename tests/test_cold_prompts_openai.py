@@ -15,6 +15,9 @@ from llm_bench.engines.openai import OpenAIEngine
 # The chat template's opening ("<|im_start|>user\n" and the like) is the same in every request and may be
 # reused; everything after it must be processed.
 TEMPLATE_OPENING_TOKENS = 8
+# The unique line is random hex: its first token or two may match a cached prompt's by chance (1 in 16 a
+# character); three in a row, 1 in 4096 per cached slot.
+CHANCE_TOKENS = 2
 
 
 def run(*args: str):
@@ -33,7 +36,8 @@ def test_openai_engine_runs_are_cold_on_a_server_that_ignores_cache_salt(router,
     for r in record["runs"]:
         assert r["prompt_tokens"] > 100
         # the server's own count of prompt tokens it took from its cache (timings.cache_n on llama-server)
-        assert r["cache_n"] <= TEMPLATE_OPENING_TOKENS, r
+        # beyond the opening, only a chance match of the random line's first characters with a cached one
+        assert r["cache_n"] <= TEMPLATE_OPENING_TOKENS + CHANCE_TOKENS, r
     assert record["warnings"] == []
 
 

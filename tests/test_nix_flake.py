@@ -48,7 +48,7 @@ def flake(fake_nixpkgs: Path, date: str = "20260614093000", rev: str = FORK_REV)
 def test_cuda_builds_are_not_checks_but_a_package_set(fake_nixpkgs) -> None:
     outputs = flake(fake_nixpkgs)
     checks = nix_eval(f"builtins.attrNames {outputs}.checks.x86_64-linux")
-    assert checks == ["llm-bench", "presets-ini", "presets-keys", "router", "specialisation-boot",
+    assert checks == ["fleet", "llm-bench", "presets-ini", "presets-keys", "router", "specialisation-boot",
                       "specialisation-switch"]
     entries = nix_eval(f"map (e: {{ inherit (e) name; flags = e.path.cmakeFlags; }})"
                        f" {outputs}.packages.x86_64-linux.cuda-engines.entries")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import tomllib
 from datetime import datetime, timezone
@@ -170,7 +171,8 @@ def test_soak_with_the_real_small_model_every_kind_a_restart_and_a_gpu_error(rou
     text = markdown(result)
     assert text.startswith("Soak: 8 mixed requests (prose, code, JSON, long prompts, concurrent generation and "
                            "tool calls) in ")
-    assert "with 1 failure, 1 restart and 1 new GPU error; drift: " in text
+    # 8 requests rarely show a drift beyond noise; either way the sentence says which
+    assert re.search(r"with 1 failure, 1 restart and 1 new GPU error; (no drift beyond noise|drift: )", text), text
     assert "Failures by kind: tool 1 (no-tool-call 1)" in text and "Skipped image:" in text
 
 

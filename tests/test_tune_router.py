@@ -219,7 +219,7 @@ def test_the_snippet_is_accepted_by_the_module_and_the_real_router(tuned: Tuned,
 
     snippet = snippet_of(tuned.second.stdout)
     winner = load_results(tuned.results).meta["tune"]["outcome"]["winner"]
-    config = nix_eval(f"{harness()}.summary [ {ALL} {LLAMAMPERE_SRC} {{ {snippet} }} ]")
+    config = nix_eval(f"{harness()}.summary [ {ALL} {LLAMAMPERE_SRC} {NVIDIA} {{ {snippet} }} ]")
     assert config["failedAssertions"] == []
     ini = config["presetsIni"]
     assert f"[{winner}]" in ini

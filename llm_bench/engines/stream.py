@@ -34,10 +34,11 @@ class ChatRequest:
     prompt_cache: bool = True
 
     def with_unique_start(self) -> ChatRequest:
-        """This request with a first line no other request has ("Request 3f9c0a1b2d4e."), so no server can
+        """This request with a first line no other request has ("3f9c0a1b2d4e5f60."), so no server can
         reuse a cached prefix of its prompt beyond the chat template's opening tokens, whatever cache
-        switches it ignores."""
-        return replace(self, prompt=f"Request {uuid.uuid4().hex[:12]}.\n\n{self.prompt}")
+        switches it ignores. The line starts with the random part: a fixed word before it would be a
+        prefix every such request shares."""
+        return replace(self, prompt=f"{uuid.uuid4().hex[:16]}.\n\n{self.prompt}")
 
     def body(self) -> dict[str, Any]:
         return {
