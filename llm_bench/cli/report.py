@@ -14,10 +14,11 @@ from llm_bench.report.chart import draw_chart
 from llm_bench.report.export import to_csv, to_json
 from llm_bench.report.html import write_html
 from llm_bench.report.rows import load_inputs
-from llm_bench.report.table import markdown, power_table
+from llm_bench.report.table import power_table
 from llm_bench.report.verdict import MIN_EFFECT
 from llm_bench.results import ResultsFileError, load_results
 from llm_bench.support.plotting import ChartError
+from llm_bench.tables import markdown
 
 
 @click.command()

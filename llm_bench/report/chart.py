@@ -7,7 +7,6 @@ from pathlib import Path
 
 from llm_bench.report.quality import quality_marks
 from llm_bench.report.rows import (
-    Row,
     base_for,
     sort_fastest_first,
     speed_rows,
@@ -16,6 +15,7 @@ from llm_bench.report.rows import (
 )
 from llm_bench.report.verdict import FASTER, SLOWER, WITHIN_NOISE
 from llm_bench.support.plotting import ChartError, check_chart_path, figure
+from llm_bench.tables import Row
 
 
 def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, title: str | None = None,

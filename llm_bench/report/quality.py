@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llm_bench.report.rows import Row, parse_args, preset_facts, speculation
-from llm_bench.report.table import Cell, Table
+from llm_bench.preset_args import parse_args, preset_facts, speculation
 from llm_bench.results import QualityOutput, QuestionResult, RecallProbe
+from llm_bench.tables import Cell, Row, Table
 
 # Speculative decoding is lossless by design: its greedy output must equal its control's. A first
 # difference this early (or earlier) is flagged; later ones can come from a GPU's batched verification
@@ -311,4 +311,5 @@ def quality_table(rows: Sequence[Row], reference: Row | None = None) -> Table | 
                  {"compared_by": None if a is None else a.unit}),
             Cell("; ".join(notes), {"quality_flag": q.flag_text() or None}),
         ])
-    return Table("Quality", "quality", header, lines)
+    return Table("Quality", "quality", header, lines,
+                 frozenset({"Configuration", "First difference", "Recall by length (tokens)", "Compared by", "Notes"}))

@@ -7,10 +7,8 @@ renders them as Markdown and the HTML report escapes and renders the same sectio
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from llm_bench.report.rows import (
-    Row,
     base_for,
     sort_fastest_first,
     speed_rows,
@@ -20,12 +18,7 @@ from llm_bench.report.rows import (
 from llm_bench.report.quality import quality_rows
 from llm_bench.report.table import num, verdict_text
 from llm_bench.report.verdict import FASTER, SLOWER, TOO_FEW_RUNS, WITHIN_NOISE
-
-
-@dataclass(frozen=True)
-class Section:
-    heading: str | None
-    items: list[str]
+from llm_bench.tables import Row, Section
 
 
 def _against(rows: Sequence[Row], baseline: Row, min_effect: float | None) -> dict[str, list[str]]:

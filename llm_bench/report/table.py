@@ -7,32 +7,22 @@ exports all render this one declaration, so they cannot disagree about a figure.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from llm_bench.preset_args import kv_types, speculation
 from llm_bench.report.rows import (
     BASELINE,
     PowerSweep,
-    Row,
-    acceptance_text,
     base_for,
     context_of,
-    kv_types,
-    notes_of,
     sort_fastest_first,
-    speculation,
     speed_rows,
     speedup,
     verdict_of,
 )
 from llm_bench.report.verdict import Verdict
-
-
-@dataclass(frozen=True)
-class Cell:
-    text: str
-    values: dict[str, Any] = field(default_factory=dict)
+from llm_bench.tables import Cell, Column, Row, Table, acceptance_cell, markdown, notes_of
 
 
 @dataclass(frozen=True)
@@ -44,34 +34,6 @@ class Context:
     with_roofline: bool
     bases: dict[str, Row] = field(default_factory=dict)  # what each row is compared with (rows.base_for)
     quality: dict[str, Cell] = field(default_factory=dict)  # the quality column (report.quality), by configuration
-
-
-@dataclass(frozen=True)
-class Column:
-    name: str
-    cell: Callable[[Row, Context], Cell]
-    shown: Callable[[Context], bool] = lambda ctx: True
-
-
-@dataclass(frozen=True)
-class Table:
-    """A rendered table: its title (None for the main one), column names and cells, row by row."""
-
-    title: str | None
-    key: str
-    columns: list[str]
-    rows: list[list[Cell]]
-
-    def records(self) -> list[dict[str, Any]]:
-        """One mapping per row: every column's raw values, keyed (the JSON/CSV export)."""
-        return [{k: v for cell in cells for k, v in cell.values.items()} for cells in self.rows]
-
-    def keys(self) -> list[str]:
-        seen: dict[str, None] = {}
-        for cells in self.rows:
-            for cell in cells:
-                seen.update(dict.fromkeys(cell.values))
-        return list(seen)
 
 
 def num(value: float | None, digits: int = 1) -> str:
@@ -135,15 +97,6 @@ def _roofline(row: Row, _ctx: Context) -> Cell:
     return Cell(text, {"roofline_tps": bound})
 
 
-def _acceptance(row: Row, _ctx: Context) -> Cell:
-    spec = row.record.spec
-    drafted = spec is not None and bool(spec.draft_tokens)
-    return Cell(acceptance_text(row.record), {
-        "draft_acceptance": spec.acceptance_rate if drafted else None,
-        "mean_acceptance_length": spec.mean_acceptance_length if drafted else None,
-    })
-
-
 def _speculation(row: Row) -> Cell:
     text = speculation(row.record.preset_args)
     return Cell(text, {"speculation": None if text == "-" else text})
@@ -153,32 +106,32 @@ def _has_baseline(ctx: Context) -> bool:
     return ctx.baseline is not None
 
 
-MAIN_COLUMNS: list[Column] = [
-    Column("Configuration", lambda row, ctx: Cell(row.configuration, {"configuration": row.configuration})),
+MAIN_COLUMNS: list[Column[Context]] = [
+    Column("Configuration", lambda row, ctx: Cell(row.configuration, {"configuration": row.configuration}), text=True),
     Column("Engine", lambda row, ctx: Cell(
         f"{row.engine} ({'server' if row.record.decode_source == 'server timings' else 'stream'})",
-        {"engine": row.engine})),
-    Column("Speculation", lambda row, ctx: _speculation(row)),
+        {"engine": row.engine}), text=True),
+    Column("Speculation", lambda row, ctx: _speculation(row), text=True),
     Column("KV", lambda row, ctx: Cell(kv_types(row.record.preset_args) if row.record.preset_args else "-",
                                        {"kv_types": kv_types(row.record.preset_args)
-                                        if row.record.preset_args else None})),
-    Column("Draft accept", _acceptance),
+                                        if row.record.preset_args else None}), text=True),
+    Column("Draft accept", lambda row, ctx: acceptance_cell(row.record)),
     Column("Decode t/s", _decode),
     Column("min-max", _spread),
     Column("vs baseline", _versus, _has_baseline),
-    Column("Verdict", _verdict, _has_baseline),
+    Column("Verdict", _verdict, _has_baseline, text=True),
     Column("Runs", _runs),
     Column("Client t/s", lambda row, ctx: _summary_cell(row, "client_decode_tps", "client_decode_tps_median")),
     Column("Roofline t/s (reached)", _roofline, lambda ctx: ctx.with_roofline),
     Column("TTFT ms", lambda row, ctx: _summary_cell(row, "ttft_ms", "ttft_ms_median", 0)),
     Column("Cold load s", lambda row, ctx: Cell(num(row.record.cold_load_s, 2), {"cold_load_s": row.record.cold_load_s})),
     Column("Context", lambda row, ctx: Cell(context_of(row.record), {
-        "context": None if context_of(row.record) == "-" else context_of(row.record)})),
+        "context": None if context_of(row.record) == "-" else context_of(row.record)}), text=True),
     Column("Quality", lambda row, ctx: ctx.quality.get(row.configuration, Cell("-", {"agreement": None})),
-           lambda ctx: bool(ctx.quality)),
+           lambda ctx: bool(ctx.quality), text=True),
     Column("Notes", lambda row, ctx: Cell(notes_of(row.record), {
         "comparable": row.record.comparable, "not_comparable_reason": row.record.not_comparable_reason,
-        "errors": list(row.record.errors), "warnings": list(row.record.warnings)})),
+        "errors": list(row.record.errors), "warnings": list(row.record.warnings)}), text=True),
 ]
 
 
@@ -199,7 +152,8 @@ def main_table(rows: Sequence[Row], baseline: Row | None = None, min_effect: flo
     columns = [c for c in MAIN_COLUMNS if c.shown(ctx)]
     name_of = {"vs baseline": f"vs {baseline.configuration}"} if baseline is not None else {}
     cells = [[c.cell(row, ctx) for c in columns] for row in sort_fastest_first(speed_rows(rows))]
-    return Table(None, "main", [name_of.get(c.name, c.name) for c in columns], cells)
+    return Table(None, "main", [name_of.get(c.name, c.name) for c in columns], cells,
+                 frozenset(name_of.get(c.name, c.name) for c in columns if c.text))
 
 
 def _tail_cell(record, metric: str, q: int) -> Cell:
@@ -229,7 +183,7 @@ def concurrency_table(rows: Sequence[Row]) -> Table | None:
                       Cell(str(r.concurrency), {"concurrency": r.concurrency})]
                      + [Cell(num(v, d), {k: v}) for v, k, d in zip(values, keys, digits)]
                      + [_tail_cell(r, "ttft_ms", 90), _tail_cell(r, "ttft_ms", 99)]
-                     + [_acceptance(row, None), Cell(notes_of(r), {"errors": list(r.errors)})])  # type: ignore[arg-type]
+                     + [acceptance_cell(r), Cell(notes_of(r), {"errors": list(r.errors)})])
     return Table("Concurrency", "concurrency", header, lines)
 
 
@@ -252,7 +206,8 @@ def prefix_cache_table(rows: Sequence[Row]) -> Table | None:
                       Cell("-" if ratio is None else f"{ratio:.1f}x", {"prefix_speedup": ratio}),
                       Cell(r.prefix_evidence or "-", {"prefix_evidence": r.prefix_evidence}),
                       Cell(notes_of(r), {"errors": list(r.errors)})])
-    return Table("Prefix caching", "prefix_cache", header, lines)
+    return Table("Prefix caching", "prefix_cache", header, lines,
+                 frozenset({"Configuration", "Cache evidence", "Notes"}))
 
 
 def telemetry_table(rows: Sequence[Row]) -> Table | None:
@@ -274,7 +229,8 @@ def telemetry_table(rows: Sequence[Row]) -> Table | None:
             cells.append(Cell(num(value, digits), {key: value}))
         cells.append(Cell(str(t.get("energy_source", "-")), {"energy_source": t.get("energy_source")}))
         lines.append(cells)
-    return Table("GPU telemetry and energy", "telemetry", header, lines)
+    return Table("GPU telemetry and energy", "telemetry", header, lines,
+                 frozenset({"Configuration", "Energy from"}))
 
 
 def power_table(sweeps: Sequence[PowerSweep]) -> Table | None:
@@ -317,18 +273,6 @@ def section_tables(rows: Sequence[Row], power: Sequence[PowerSweep] = (), baseli
 
     return [t for t in (concurrency_table(rows), prefix_cache_table(rows), quality_table(rows, baseline),
                         telemetry_table(rows), power_table(power)) if t is not None]
-
-
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def markdown(table: Table) -> str:
-    out = ["| " + " | ".join(_md_cell(c) for c in table.columns) + " |",
-           "|" + "|".join("---" for _ in table.columns) + "|"]
-    out.extend("| " + " | ".join(_md_cell(c.text) for c in cells) + " |" for cells in table.rows)
-    text = "\n".join(out) + "\n"
-    return f"### {table.title}\n\n{text}" if table.title else text
 
 
 def markdown_table(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> str:
