@@ -15,7 +15,7 @@ import pytest
 from llm_bench.demo import write_smollm2_bed
 from llm_bench.plan import Plan, Protocol
 from llm_bench.report import find_baseline, load_rows, markdown_table
-from llm_bench.report.quality import SPECULATION_CHANGED, quality_rows
+from llm_bench.workloads.quality.score import SPECULATION_CHANGED, quality_rows
 from llm_bench.results import load_results
 from llm_bench.runner import run_plan
 from llm_bench.testbed.router import RouterProcess, start_router

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from llm_bench.report.quality import quality_marks
+from llm_bench.workloads.quality.score import quality_marks
 from llm_bench.report.rows import (
     base_for,
     sort_fastest_first,

@@ -15,7 +15,7 @@ from llm_bench.report.rows import (
     speedup_text,
     verdict_of,
 )
-from llm_bench.report.quality import quality_rows
+from llm_bench.workloads.quality.score import quality_rows
 from llm_bench.report.table import num, verdict_text
 from llm_bench.report.verdict import FASTER, SLOWER, TOO_FEW_RUNS, WITHIN_NOISE
 from llm_bench.tables import Row, Section

@@ -140,7 +140,7 @@ def context_for(rows: Sequence[Row], baseline: Row | None, min_effect: float | N
     bases = {} if baseline is None else {r.configuration: base_for(r, chosen, baseline) for r in chosen}
     verdicts = {name: verdict_of(r, bases[name], min_effect) for r in chosen for name in [r.configuration]
                 if name in bases}
-    from llm_bench.report.quality import quality_cells  # it renders with this module's Cell and Table
+    from llm_bench.workloads.quality.score import quality_cells  # it renders with this module's Cell and Table
 
     return Context(baseline, verdicts, any(r.record.roofline_tps for r in chosen), bases,
                    quality_cells(rows, baseline))
@@ -260,7 +260,7 @@ def all_tables(rows: Sequence[Row], baseline: Row | None = None, min_effect: flo
     """The main table (when there is anything to compare), then one per extra workload measured."""
     main = main_table(rows, baseline, min_effect)
     tables = [main] if main.rows else []
-    from llm_bench.report.quality import quality_table
+    from llm_bench.workloads.quality.score import quality_table
 
     return tables + [t for t in (concurrency_table(rows), prefix_cache_table(rows), quality_table(rows, baseline))
                      if t is not None]
@@ -269,7 +269,7 @@ def all_tables(rows: Sequence[Row], baseline: Row | None = None, min_effect: flo
 def section_tables(rows: Sequence[Row], power: Sequence[PowerSweep] = (), baseline: Row | None = None) -> list[Table]:
     """The tables after the main one that the HTML report shows: extra workloads (quality against the baseline),
     GPU telemetry, power sweeps."""
-    from llm_bench.report.quality import quality_table  # it renders with this module's Cell and Table
+    from llm_bench.workloads.quality.score import quality_table  # it renders with this module's Cell and Table
 
     return [t for t in (concurrency_table(rows), prefix_cache_table(rows), quality_table(rows, baseline),
                         telemetry_table(rows), power_table(power)) if t is not None]

@@ -6,7 +6,7 @@
 2. **Rounds**: the control and the ``finalists`` fastest screened candidates get the protocol's full
    runs (``runs`` more per round, accumulated over the rounds); in the first round each also runs the
    quality workload in the same load (``llm_bench.workloads.quality``, scored against the control's
-   with ``llm_bench.report.quality``). After each round: candidates below the quality gate cannot win; the leader is the
+   with ``llm_bench.workloads.quality.score``). After each round: candidates below the quality gate cannot win; the leader is the
    fastest one that passes; any contender the verdict calls slower than the leader leaves the
    contest. The rounds stop when the leader is faster than every remaining contender by more than
    noise (the verdict's interval), or when the budget (rounds, requests, time) is spent.
@@ -40,7 +40,7 @@ from llm_bench.results import FORMAT, AliasRecord, ResultSet, ResultsFileError, 
 from llm_bench.runner import RunAborted, measure_alias
 from llm_bench.tune.grid import Candidate
 from llm_bench.tune.plan import TunePlan
-from llm_bench.report.quality import Agreement, accuracy, agreement, recall_share
+from llm_bench.workloads.quality.score import Agreement, accuracy, agreement, recall_share
 from llm_bench.tune.serve import Served, load_errors
 from llm_bench.workloads.common import spec_from_runs
 
@@ -51,7 +51,7 @@ TUNE = "tune"
 
 @dataclass(frozen=True)
 class QualityScore:
-    """A candidate's quality workload against the control's (llm_bench.report.quality)."""
+    """A candidate's quality workload against the control's (llm_bench.workloads.quality.score)."""
 
     agreement: Agreement
     recall: float | None

@@ -3,7 +3,7 @@
 Every request is greedy (temperature 0, the plan's seed), with the prompt cache off, and ends where
 the model ends (no ignore_eos). The record keeps what was answered; scoring that needs no other
 configuration (exact answers, recall) happens here, agreement with a reference configuration at
-report time (``llm_bench.report.quality``).
+report time (``llm_bench.workloads.quality.score``).
 """
 
 from __future__ import annotations
