@@ -14,7 +14,8 @@ from llm_bench.engines.errors import ServerError
 from llm_bench.engines.stream import ChatRequest
 from llm_bench.gpu import power as p
 from llm_bench.gpu.nvml import Nvml, PowerLimitError
-from llm_bench.plan import DEFAULT_URL, PlanError, shipped_prompt
+from llm_bench.plan import DEFAULT_URL, PlanError
+from llm_bench.prompts import shipped_prompt
 from llm_bench.workloads.power_limit import measurer
 from llm_bench.results import reserve_path, results_stem, write_toml
 

@@ -34,7 +34,7 @@ from llm_bench.engines import Engine
 from llm_bench.engines.errors import ServerError, ServerUnreachable
 from llm_bench.engines.stream import ChatRequest
 from llm_bench.gpu.nvml import Nvml
-from llm_bench.plan import shipped_prompt
+from llm_bench.prompts import shipped_prompt
 from llm_bench.results import Tail, tail_of
 from llm_bench.support.fanout import fan_out
 from llm_bench.support.plotting import figure

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from llm_bench.engines import Engine
-from llm_bench.plan import Protocol, shipped_prompt
+from llm_bench.plan import Protocol
+from llm_bench.prompts import shipped_prompt
 from llm_bench.results import AliasRecord
 from llm_bench.workloads.common import Log, WorkloadInterrupted, chat_request, derive, measured_runs
 

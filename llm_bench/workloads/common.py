@@ -13,7 +13,8 @@ from llm_bench.engines.errors import ServerError
 from llm_bench.engines.metrics import SpecCounters
 from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 from llm_bench.gpu.telemetry import recording
-from llm_bench.plan import Protocol, shipped_prompt
+from llm_bench.plan import Protocol
+from llm_bench.prompts import shipped_prompt
 from llm_bench.results import AliasRecord, RunRecord
 from llm_bench.support.stats import relative_precision
 from llm_bench.support import numbers
