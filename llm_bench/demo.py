@@ -24,6 +24,8 @@ from llm_bench.testbed.random_drafter import write_random_drafter
 from llm_bench.testbed.router import running_router
 from llm_bench.testbed.smollm2 import ensure_smollm2
 from llm_bench.testbed.tiny_gguf import TinyModelSpec, write_tiny_model
+from llm_bench.workloads.quality import QUALITY
+from llm_bench.workloads.standard import STANDARD
 
 BASELINE = "tiny-plain"
 DRAFT_MAX = 4
@@ -96,8 +98,8 @@ def write_smollm2_bed(folder: Path, model: Path, presets: tuple[str, ...] | None
 
 
 # Sized for 2 cores: a few minutes for every preset after the one-time build and download.
-DEMO_PROTOCOL = Protocol(max_tokens=128, runs=2, workloads=("standard", "quality"), quality_max_tokens=64,
-                         recall_lengths=(1536, 2560), recall_depths=(0.1, 0.5))
+DEMO_PROTOCOL = Protocol(max_tokens=128, runs=2, workloads=(STANDARD.name, QUALITY.name)).with_settings(
+    QUALITY, max_tokens=64, recall_lengths=(1536, 2560), recall_depths=(0.1, 0.5))
 
 
 def run_demo(folder: Path, protocol: Protocol, log: Callable[[str], None],

@@ -8,23 +8,39 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 from llm_bench.engines import ENGINES
 from llm_bench.prompts import shipped_prompt
 from llm_bench.validation import PlanError, check_fields, check_keys
+from llm_bench.workloads import LEGACY_NAMES, NAMES, REGISTRY, workload
+from llm_bench.workloads.base import Workload
+from llm_bench.workloads.standard import STANDARD
+
+S = TypeVar("S")
+# The flat [protocol] keys of workloads' settings, as plans, flags and results before [protocol.<workload>]
+LEGACY_KEYS = {key for w in REGISTRY for key in w.legacy}
 
 DEFAULT_PROMPT = "code"
 DEFAULT_URL = "http://127.0.0.1:48123"
-WORKLOADS = ("standard", "categories", "concurrency", "prefix-cache", "quality")
-# Plans and flags written before the default workload was named "standard" call it "protocol".
-LEGACY_WORKLOADS = {"protocol": "standard"}
 
 
-@dataclass(frozen=True)
+def default_settings() -> dict[str, Any]:
+    return {w.name: w.settings() for w in REGISTRY}
+
+
+@dataclass(frozen=True, init=False)
 class Protocol:
+    """The parameter set a measurement follows: ``[protocol]`` in plan files, ``meta.protocol`` in results.
+
+    Each workload's own settings are in ``settings`` (``[protocol.<workload>]`` tables); the flat
+    ``[protocol]`` keys plans used for them before (``concurrency = [1, 2]``) are still taken, here as
+    keyword arguments too."""
+
     prompt_name: str = DEFAULT_PROMPT
     prompt: str = ""
     # at least 2: decode speed needs a first token and one after it
@@ -37,18 +53,7 @@ class Protocol:
     strict: bool = False
     request_timeout_s: float = field(default=600.0, metadata={"above": 0.0})
     load_timeout_s: float = field(default=900.0, metadata={"above": 0.0})
-    workloads: tuple[str, ...] = ("standard",)
-    categories: tuple[str, ...] = ("prose", "code", "json")
-    concurrency: tuple[int, ...] = field(default=(1, 2, 4, 8), metadata={"min": 1})
-    prefix_prompt_tokens: int = field(default=11000, metadata={"min": 1})
-    prefix_chars_per_token: float = field(default=4.0, metadata={"above": 0.0})
-    prefix_max_tokens: int = field(default=32, metadata={"min": 2})
-    # The quality workload's long-context recall: filler lengths in tokens (sized for a 24 GB card;
-    # a length beyond the model's context is skipped with the reason) and needle depths (0 = start).
-    recall_lengths: tuple[int, ...] = field(default=(8192, 32768), metadata={"min": 64})
-    recall_depths: tuple[float, ...] = field(default=(0.1, 0.5, 0.9), metadata={"min": 0.0, "max": 1.0})
-    # A cap on the output tokens of the quality set's agreement prompts (each has its own max_tokens).
-    quality_max_tokens: int | None = field(default=None, metadata={"min": 1})
+    workloads: tuple[str, ...] = (STANDARD.name,)
     # False: every measured request processes its whole prompt (TTFT and prompt t/s time a processed
     # prompt); True: the server may reuse a cached prefix. The prefix-cache workload always caches.
     prompt_cache: bool = False
@@ -57,27 +62,62 @@ class Protocol:
     # decode rate, relative to the median, is within it, or ``max_runs`` is reached.
     precision: float | None = field(default=None, metadata={"above": 0.0, "max": 0.5})
     max_runs: int = field(default=10, metadata={"min": 6})  # 6: the fewest runs with a 95 % median interval
+    settings: Mapping[str, Any] = field(default_factory=default_settings)  # workload name -> its settings
+
+    def __init__(self, settings: Mapping[str, Any] | None = None, **values: Any) -> None:
+        own = {f.name: f for f in fields(self) if f.name != "settings"}
+        unknown = sorted(set(values) - set(own) - LEGACY_KEYS)
+        if unknown:
+            raise TypeError(f"Protocol() got an unexpected keyword argument {unknown[0]!r}")
+        for name, f in own.items():
+            object.__setattr__(self, name, values.get(name, f.default))
+        merged = {**default_settings(), **(settings or {})}
+        for w in REGISTRY:
+            changes = {setting: values[key] for key, setting in w.legacy.items() if key in values}
+            if changes:
+                merged[w.name] = w.configure(merged[w.name], changes, {v: k for k, v in w.legacy.items()})
+        object.__setattr__(self, "settings", MappingProxyType(merged))
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         check_fields(self)
         if self.precision is not None and self.max_runs < self.runs:
             raise PlanError(f"max_runs ({self.max_runs}) must be at least runs ({self.runs})")
-        workloads = tuple(LEGACY_WORKLOADS.get(w, w) for w in self.workloads)
-        # quality runs after the speed workloads, whatever the order given: it must not warm anything they time
-        workloads = tuple(w for w in workloads if w != "quality") + (("quality",) if "quality" in workloads else ())
-        object.__setattr__(self, "workloads", workloads)
-        unknown = [w for w in self.workloads if w not in WORKLOADS]
+        given = [LEGACY_NAMES.get(w, w) for w in self.workloads]
+        unknown = [w for w in given if w not in NAMES]
         if unknown:
-            raise PlanError(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
+            raise PlanError(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(NAMES)}")
+        # a workload that must run last (quality) does, whatever the order given: it must not warm anything
+        # the others time
+        chosen = [workload(w) for w in given]
+        object.__setattr__(self, "workloads", tuple(w.name for w in sorted(chosen, key=lambda w: w.last)))
+
+    def __getattr__(self, name: str) -> Any:
+        """A flat key of a workload's settings (``protocol.concurrency``), as plans and flags spelled them before."""
+        for w in REGISTRY:
+            if name in w.legacy:
+                return getattr(self.settings[w.name], w.legacy[name])
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def with_settings(self, w: Workload[S], spelled: Mapping[str, str] | None = None, **changes: Any) -> Protocol:
+        """This protocol with some of a workload's settings changed (``spelled``: how the user named them)."""
+        return replace(self, settings={**self.settings, w.name: w.configure(self.settings[w.name], changes, spelled)})
 
     def with_prompt(self) -> Protocol:
         return self if self.prompt else replace(self, prompt=shipped_prompt(self.prompt_name))
 
     def to_toml(self) -> dict[str, Any]:
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        """The general settings, then a table of its own settings for each workload the protocol runs."""
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "settings"}
         values["prompt_chars"] = len(values.pop("prompt"))
-        # TOML has no null: a setting that is off (precision) is left out.
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items() if v is not None}
+        values.update({name: asdict(self.settings[name]) for name in self.workloads if fields(self.settings[name])})
+        return _toml(values)
+
+
+def _toml(values: dict[str, Any]) -> dict[str, Any]:
+    """TOML has no null: a setting that is off (precision) is left out; tuples are lists."""
+    return {k: _toml(v) if isinstance(v, dict) else list(v) if isinstance(v, tuple) else v
+            for k, v in values.items() if v is not None}
 
 
 def read_key_file(path: Path) -> str:
@@ -158,20 +198,31 @@ class Plan:
         check_fields(self)
 
 
-PROTOCOL_KEYS = {f.name for f in fields(Protocol)} - {"prompt"}
+PROTOCOL_KEYS = {f.name for f in fields(Protocol)} - {"prompt", "settings"} | LEGACY_KEYS
 PLAN_KEYS = {"url", "aliases", "label", "output_dir", "protocol", "engine", "api_key_file", "api_key_env",
              "metrics_url", "metrics_key", "checks"}
 
 
-def protocol_from_mapping(data: dict[str, Any], base: Protocol = Protocol(), where: str = "[protocol]",
+def protocol_from_mapping(data: Mapping[str, Any], base: Protocol = Protocol(), where: str = "[protocol]",
                           relative_to: Path | None = None) -> Protocol:
+    """``[protocol]`` on top of ``base``: its keys, the flat keys of workloads' settings, and each
+    workload's own table (``[protocol.concurrency]``: a table where a flat key of the same name is a list)."""
     data = dict(data)
     prompt_file = data.pop("prompt_file", None)
-    check_keys(where, data, PROTOCOL_KEYS)
+    tables = {name: data.pop(name) for name in NAMES if isinstance(data.get(name), dict)}
+    check_keys(where, data, PROTOCOL_KEYS | set(NAMES))
     try:
         protocol = replace(base, **data)
     except (TypeError, PlanError) as e:
         raise PlanError(f"{where}: {e}") from e
+    for name, table in tables.items():
+        w = workload(name)
+        inner = f"{where[:-1]}.{name}]" if where.endswith("]") else f"{where} [{name}]"
+        check_keys(inner, table, {f.name for f in fields(w.settings)})
+        try:
+            protocol = protocol.with_settings(w, **table)
+        except PlanError as e:
+            raise PlanError(f"{inner}: {e}") from e
     if prompt_file:
         path = Path(prompt_file)
         if relative_to is not None and not path.is_absolute():

@@ -20,7 +20,8 @@ from llm_bench.plan import Plan, Protocol
 from llm_bench.results import FORMAT, AliasRecord, ResultSet, ResultsWriter, results_stem
 from llm_bench.gpu.telemetry import sampling
 from llm_bench.support.progress import progress
-from llm_bench.workloads import RUNNERS
+from llm_bench.workloads import of_record, workload
+from llm_bench.workloads.standard import STANDARD
 from llm_bench.workloads.common import WorkloadInterrupted, chat_request, derive
 
 Log = Callable[[str], None]
@@ -65,7 +66,7 @@ def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, lo
     """Every workload of the protocol for one alias; a failure ends the alias, not the run."""
     base = AliasRecord(alias=alias, target=target, engine=engine.kind, decode_source=engine.decode_source)
     records: list[AliasRecord] = []
-    workload = "standard"
+    current = STANDARD.name  # the workload a failure is recorded against
     try:
         cold = engine.make_cold(alias)
         reading = nvml.vram_used()
@@ -89,8 +90,8 @@ def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, lo
             log(f"  Warm-up: first token after {warmup.ttft_s:.2f} s (the server keeps its model loaded)")
         base.preset_args, base.server_build = engine.describe(alias)
 
-        for workload in protocol.workloads:
-            records.extend(RUNNERS[workload](engine, alias, protocol, base, log))
+        for current in protocol.workloads:
+            records.extend(workload(current).run(engine, alias, protocol, base, log))
     except WorkloadInterrupted as e:
         # the runs measured before the failure stay, beside its error
         records.extend(e.records)
@@ -98,16 +99,16 @@ def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, lo
         if isinstance(e.cause, ServerUnreachable):
             raise AliasUnreachable(e.cause, records) from e.cause
     except ServerUnreachable as e:
-        failed = derive(base, workload=workload)
+        failed = derive(base, workload=current)
         failed.errors.append(str(e))
         raise AliasUnreachable(e, records + [failed]) from e
     except ServerError as e:
-        failed = derive(base, workload=workload)
+        failed = derive(base, workload=current)
         failed.errors.append(str(e))
         records.append(failed)
         log(f"  FAILED: {e}")
     except Exception as e:  # noqa: BLE001 - a bug of ours must not cost the runs already measured
-        failed = derive(base, workload=workload)
+        failed = derive(base, workload=current)
         failed.errors.append(f"llm-bench failed unexpectedly ({type(e).__name__}: {e}); please report this")
         records.append(failed)
         log(f"  FAILED: {failed.errors[-1]}")
@@ -157,6 +158,16 @@ def provenance(plan: Plan, engine: Engine, nvml: Nvml, started_at: datetime) -> 
     }
 
 
+def needs_prompt_cache(record: AliasRecord) -> bool:
+    measured = of_record(record.workload)
+    return measured is not None and measured.needs_prompt_cache
+
+
+def streams(protocol: Protocol) -> int:
+    """The most simultaneous streams any of the protocol's workloads opens."""
+    return max(w.streams(w.settings_in(protocol)) for w in map(workload, protocol.workloads))
+
+
 def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
              skip: Callable[[str], bool] = lambda alias: False) -> ResultsWriter:
     """Measure every alias of the plan; the results file is on disk from the first moment."""
@@ -164,7 +175,7 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
     started_at = datetime.now(timezone.utc)
     engine = open_engine(plan.engine, plan.url, timeout=protocol.request_timeout_s,
                          api_key=plan.api_key.read(), metrics_url=plan.metrics_url,
-                         load_timeout=protocol.load_timeout_s, streams=max(protocol.concurrency),
+                         load_timeout=protocol.load_timeout_s, streams=streams(protocol),
                          metrics_key=plan.metrics_key)
     try:
         with nvml or Nvml() as gpus:
@@ -182,7 +193,7 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
                 try:
                     with sampling(gpus):
                         records = measure_alias(engine, alias, protocol, gpus, log, target=target or plan.label)
-                    checks.finish(records)
+                    checks.finish(records, [r for r in records if needs_prompt_cache(r)])
                 except AliasUnreachable as e:
                     writer.extend(e.records)
                     raise RunAborted(f"{e}; results so far are in {writer.path}") from e.cause

@@ -19,7 +19,19 @@ class PlanError(ValueError):
     pass
 
 
-def _describe(hint: Any) -> str:
+class FieldError(PlanError):
+    """A field's value is not allowed: ``{field} {rule}``; ``renamed`` says it of the field as the user spelled it."""
+
+    def __init__(self, field: str, rule: str):
+        super().__init__(f"{field} {rule}")
+        self.field = field
+        self.rule = rule
+
+    def renamed(self, name: str) -> FieldError:
+        return FieldError(name, self.rule)
+
+
+def describe(hint: Any) -> str:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is bool:
         return "true or false"
@@ -36,10 +48,10 @@ def _describe(hint: Any) -> str:
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in args)
     if origin in (types.UnionType, typing.Union):
-        return " or ".join(_describe(a) for a in args if a is not type(None))
+        return " or ".join(describe(a) for a in args if a is not type(None))
     if origin is tuple:
         plural = {int: "whole numbers", float: "numbers", str: "strings", bool: "true/false values"}
-        return f"a list of {plural.get(args[0], _describe(args[0]) + ' values')}"
+        return f"a list of {plural.get(args[0], describe(args[0]) + ' values')}"
     return f"a {getattr(hint, '__name__', hint)}"
 
 
@@ -116,13 +128,13 @@ def check_fields(obj: Any) -> None:
             normalised = _coerce(hints[f.name], value)
         except _Mismatch:
             bounds = _bounds(f.metadata)
-            raise PlanError(f"{f.name} must be {_describe(hints[f.name])}{f' ({bounds})' if bounds else ''}, "
-                            f"not {value!r}") from None
+            raise FieldError(f.name, f"must be {describe(hints[f.name])}{f' ({bounds})' if bounds else ''}, "
+                                     f"not {value!r}") from None
         allowed = _out_of_range(normalised, f.metadata)
         if allowed is not None:
             shown = f"{value!r}" if not isinstance(value, (list, tuple)) else f"{list(value)!r}"
             each = " (each)" if isinstance(normalised, tuple) else ""
-            raise PlanError(f"{f.name} must be {allowed}{each}, not {shown}")
+            raise FieldError(f.name, f"must be {allowed}{each}, not {shown}")
         object.__setattr__(obj, f.name, normalised)
 
 

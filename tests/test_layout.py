@@ -14,8 +14,8 @@ from llm_bench.results import load_results
 PACKAGE = Path(__file__).resolve().parents[1] / "llm_bench"
 
 # Which layer may import which: a module never imports from a layer above its own.
-LAYERS = ["support", "testbed", "engines", "results", "plan", "gpu", "workloads", "diagnostics", "runner",
-          "report", "sweep", "demo", "tune", "cli"]
+LAYERS = ["support", "validation", "prompts", "testbed", "engines", "results", "preset_args", "tables", "gpu",
+          "workloads", "plan", "diagnostics", "runner", "report", "sweep", "demo", "tune", "cli"]
 
 
 def imports_of(path: Path) -> set[str]:

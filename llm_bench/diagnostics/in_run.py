@@ -93,7 +93,8 @@ class InRunChecks:
         findings += check_xid(lines, self.nvml.pci_indexes(), self.gpu_errors.log.describe())
         return findings + check_xid_events(events)
 
-    def finish(self, records: list[AliasRecord]) -> list[Finding]:
+    def finish(self, records: list[AliasRecord], caching: Sequence[AliasRecord] = ()) -> list[Finding]:
+        """``caching``: the records of workloads that measure the server's prompt cache."""
         findings: list[Finding] = self.carried + check_power_floor(self.nvml, self.floor_w) + self._gpu_findings()
         text = self._read()
         if text is not None:
@@ -103,8 +104,7 @@ class InRunChecks:
             findings += check_fa_fallback(since, where)
             findings += check_acceptance_log(since, where)
         # a workload that depends on a cached prefix, measured on a preset that turned the cache off
-        findings += check_prefix_caching(ServerConfig(), {r.alias: r.preset_args for r in records
-                                                          if r.workload == "prefix-cache" and r.preset_args})
+        findings += check_prefix_caching(ServerConfig(), {r.alias: r.preset_args for r in caching if r.preset_args})
         bandwidth = self.nvml.memory_bandwidth_gbs(0) if self.nvml.available else None
         for record in records:
             if bandwidth and record.preset_args:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from llm_bench.workloads.quality.score import quality_marks
 from llm_bench.report.rows import (
     base_for,
     sort_fastest_first,
@@ -16,6 +15,7 @@ from llm_bench.report.rows import (
 from llm_bench.report.verdict import FASTER, SLOWER, WITHIN_NOISE
 from llm_bench.support.plotting import ChartError, check_chart_path, figure
 from llm_bench.tables import Row
+from llm_bench.workloads import REGISTRY
 
 
 def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, title: str | None = None,
@@ -50,9 +50,9 @@ def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, tit
         edge = span * 1.3
         ax.set_xlim(0, edge)
 
-        quality = quality_marks(rows, baseline)
+        marks = {name: mark for w in REGISTRY if w.marks for name, mark in w.marks(rows, baseline).items()}
         for label in ax.get_yticklabels():  # a configuration whose answers differ from the reference's: red
-            if label.get_text() in quality:
+            if label.get_text() in marks:
                 label.set_color("#c53030")
         for bar, r in zip(bars, measured):
             y = bar.get_y() + bar.get_height() / 2
@@ -75,10 +75,10 @@ def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, tit
                 notes.append("not comparable")
             if any(w.startswith("ACCEPTANCE TRAP") for w in r.record.warnings):
                 notes.append("acceptance trap")
-            if r.configuration in quality:
-                notes.append("!! " + quality[r.configuration])
+            if r.configuration in marks:
+                notes.append("!! " + marks[r.configuration])
             ax.text(right, y, "  ".join(notes), va="center", ha="left", fontsize=9,
-                    color="#c53030" if r.configuration in quality else "black")
+                    color="#c53030" if r.configuration in marks else "black")
 
         marked = False
         for r, pos in zip(measured, positions):  # the memory-bandwidth roofline of each configuration

@@ -172,6 +172,14 @@ def _plain(value: Any) -> str:
     return str(value)
 
 
+def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A workload's own settings (a table in meta.protocol) as ``workload.setting``."""
+    out: dict[str, Any] = {}
+    for k, v in settings.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
 def _provenance_html(sets: Sequence[ResultSet], rows: Sequence[Row]) -> str:
     parts = ['<section id="provenance">', "<h2>Provenance</h2>"]
     for result_set in sets:
@@ -191,7 +199,7 @@ def _provenance_html(sets: Sequence[ResultSet], rows: Sequence[Row]) -> str:
         parts.append(f"<h3>{_e(label)}</h3>")
         parts.append('<dl class="kv">' + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in facts
                                                  if v is not None) + "</dl>")
-        protocol = meta.get("protocol") or {}
+        protocol = _flat(meta.get("protocol") or {})
         if protocol:
             items = "".join(f"<dt>{_e(k)}</dt><dd>{_e(_plain(v))}</dd>" for k, v in protocol.items())
             parts.append(f'<details open><summary>protocol ({len(protocol)} settings)</summary>'

@@ -11,7 +11,11 @@ from llm_bench.preset_args import preset_facts
 from llm_bench.report.verdict import Verdict, verdict
 from llm_bench.results import AliasRecord, ResultSet, ResultsFileError, load_results
 from llm_bench.tables import Row
+from llm_bench.workloads import REGISTRY
+from llm_bench.workloads.standard import STANDARD
 
+# The records the headline table, the chart and the verdicts compare: one stream at a time.
+SPEED_RECORDS = {w.record_name for w in REGISTRY if w.speed}
 # ``llm-bench power`` writes its sweeps in their own format; the report shows them in a section of their own.
 POWER_FORMAT = "llm-bench-power/1"
 
@@ -74,7 +78,7 @@ def rows_from_sets(sets: Sequence[ResultSet], qualify: bool) -> list[Row]:
 
 def speed_rows(rows: Sequence[Row]) -> list[Row]:
     """The rows the headline table and the chart compare: one stream at a time."""
-    return [r for r in rows if r.record.workload in ("standard", "category")]
+    return [r for r in rows if r.record.workload in SPEED_RECORDS]
 
 
 def sort_fastest_first(rows: Sequence[Row]) -> list[Row]:
@@ -89,7 +93,7 @@ def find_baseline(rows: Sequence[Row], baseline: str | None) -> Row | None:
         if baseline == row.configuration:
             return row
     for row in candidates:
-        if baseline == row.record.alias and row.record.workload == "standard":
+        if baseline == row.record.alias and row.record.workload == STANDARD.record_name:
             return row
     names = ", ".join(r.configuration for r in candidates)
     raise ValueError(f"baseline {baseline!r} is not among the configurations: {names}")

@@ -15,10 +15,10 @@ from llm_bench.report.rows import (
     speedup_text,
     verdict_of,
 )
-from llm_bench.workloads.quality.score import quality_rows
 from llm_bench.report.table import num, verdict_text
 from llm_bench.report.verdict import FASTER, SLOWER, TOO_FEW_RUNS, WITHIN_NOISE
 from llm_bench.tables import Row, Section
+from llm_bench.workloads import REGISTRY
 
 
 def _against(rows: Sequence[Row], baseline: Row, min_effect: float | None) -> dict[str, list[str]]:
@@ -67,10 +67,7 @@ def summary_sections(rows: Sequence[Row], baseline: Row | None, failures: dict[s
     warned = [f"{r.configuration}: {w}" for r in rows for w in r.record.warnings]
     if warned:
         sections.append(Section("Warnings", warned))
-    changed = [f"{q.configuration}: {q.flag_text() or (q.agreement.describe() if q.agreement else '')}"
-               for q in quality_rows(rows, baseline) if q.differs]
-    if changed:
-        sections.append(Section("Answers that differ from the reference (quality workload)", changed))
+    sections += [section for w in REGISTRY if w.summary for section in w.summary(rows, baseline)]
     failed = [f"{r.configuration}: {'; '.join(r.record.errors)}" for r in rows if r.record.errors]
     failed += [f"target {name}: {message}" for name, message in (failures or {}).items()]
     if failed:

@@ -23,6 +23,10 @@ from llm_bench.report.rows import (
 )
 from llm_bench.report.verdict import Verdict
 from llm_bench.tables import Cell, Column, Row, Table, acceptance_cell, markdown, notes_of
+from llm_bench.workloads import REGISTRY
+from llm_bench.workloads.base import MainColumn
+
+ADDED_COLUMNS = [w.column for w in REGISTRY if w.column is not None]
 
 
 @dataclass(frozen=True)
@@ -33,7 +37,8 @@ class Context:
     verdicts: dict[str, Verdict]
     with_roofline: bool
     bases: dict[str, Row] = field(default_factory=dict)  # what each row is compared with (rows.base_for)
-    quality: dict[str, Cell] = field(default_factory=dict)  # the quality column (report.quality), by configuration
+    # the columns workloads add (quality's), by name: each one's cells by configuration
+    added: dict[str, dict[str, Cell]] = field(default_factory=dict)
 
 
 def num(value: float | None, digits: int = 1) -> str:
@@ -127,8 +132,6 @@ MAIN_COLUMNS: list[Column[Context]] = [
     Column("Cold load s", lambda row, ctx: Cell(num(row.record.cold_load_s, 2), {"cold_load_s": row.record.cold_load_s})),
     Column("Context", lambda row, ctx: Cell(context_of(row.record), {
         "context": None if context_of(row.record) == "-" else context_of(row.record)}), text=True),
-    Column("Quality", lambda row, ctx: ctx.quality.get(row.configuration, Cell("-", {"agreement": None})),
-           lambda ctx: bool(ctx.quality), text=True),
     Column("Notes", lambda row, ctx: Cell(notes_of(row.record), {
         "comparable": row.record.comparable, "not_comparable_reason": row.record.not_comparable_reason,
         "errors": list(row.record.errors), "warnings": list(row.record.warnings)}), text=True),
@@ -140,74 +143,29 @@ def context_for(rows: Sequence[Row], baseline: Row | None, min_effect: float | N
     bases = {} if baseline is None else {r.configuration: base_for(r, chosen, baseline) for r in chosen}
     verdicts = {name: verdict_of(r, bases[name], min_effect) for r in chosen for name in [r.configuration]
                 if name in bases}
-    from llm_bench.workloads.quality.score import quality_cells  # it renders with this module's Cell and Table
-
     return Context(baseline, verdicts, any(r.record.roofline_tps for r in chosen), bases,
-                   quality_cells(rows, baseline))
+                   {c.name: c.cells(rows, baseline) for c in ADDED_COLUMNS})
+
+
+def _added(column: MainColumn) -> Column[Context]:
+    return Column(column.name, lambda row, ctx: ctx.added[column.name].get(row.configuration, column.missing),
+                  lambda ctx: bool(ctx.added[column.name]), column.text)
+
+
+def main_columns() -> list[Column[Context]]:
+    """The main table's own columns, then those the workloads add, before Notes."""
+    *own, notes = MAIN_COLUMNS
+    return [*own, *(_added(c) for c in ADDED_COLUMNS), notes]
 
 
 def main_table(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> Table:
     """The comparison of one-stream configurations, fastest first."""
     ctx = context_for(rows, baseline, min_effect)
-    columns = [c for c in MAIN_COLUMNS if c.shown(ctx)]
+    columns = [c for c in main_columns() if c.shown(ctx)]
     name_of = {"vs baseline": f"vs {baseline.configuration}"} if baseline is not None else {}
     cells = [[c.cell(row, ctx) for c in columns] for row in sort_fastest_first(speed_rows(rows))]
     return Table(None, "main", [name_of.get(c.name, c.name) for c in columns], cells,
                  frozenset(name_of.get(c.name, c.name) for c in columns if c.text))
-
-
-def _tail_cell(record, metric: str, q: int) -> Cell:
-    tail = record.tail(metric, q)
-    if tail is None:
-        return Cell("-", {f"{metric}_p{q}": None})
-    if tail.label == "max":
-        return Cell(f"max {tail.value:.0f} (n={tail.samples})", {f"{metric}_p{q}": None})
-    return Cell(f"{tail.value:.0f}", {f"{metric}_p{q}": tail.value})
-
-
-def concurrency_table(rows: Sequence[Row]) -> Table | None:
-    chosen = sorted((r for r in rows if r.record.workload == "concurrency"),
-                    key=lambda r: (r.label, r.record.alias, r.record.concurrency or 0))
-    if not chosen:
-        return None
-    # p90/p99 only where the samples are enough for them (results.min_samples); else the max, labelled
-    header = ["Configuration", "Concurrent", "Total t/s", "Per-request t/s p50", "TTFT ms p50", "TTFT ms p90",
-              "TTFT ms p99", "Draft accept", "Notes"]
-    lines = []
-    for row in chosen:
-        r = row.record
-        values = [r.total_tps, r.percentile("decode_tps", 50), r.percentile("ttft_ms", 50)]
-        keys = ["total_tps", "decode_tps_p50", "ttft_ms_p50"]
-        digits = [1, 1, 0]
-        lines.append([Cell(row.configuration, {"configuration": row.configuration}),
-                      Cell(str(r.concurrency), {"concurrency": r.concurrency})]
-                     + [Cell(num(v, d), {k: v}) for v, k, d in zip(values, keys, digits)]
-                     + [_tail_cell(r, "ttft_ms", 90), _tail_cell(r, "ttft_ms", 99)]
-                     + [acceptance_cell(r), Cell(notes_of(r), {"errors": list(r.errors)})])
-    return Table("Concurrency", "concurrency", header, lines)
-
-
-def prefix_cache_table(rows: Sequence[Row]) -> Table | None:
-    chosen = [r for r in rows if r.record.workload == "prefix-cache"]
-    if not chosen:
-        return None
-    header = ["Configuration", "Prompt tokens", "TTFT cold ms", "TTFT repeated ms", "Speed-up", "Cache evidence",
-              "Notes"]
-    lines = []
-    for row in chosen:
-        r = row.record
-        cold, warm = r.prefix_cold_ttft_ms, r.prefix_warm_ttft_ms
-        ratio = cold / warm if cold and warm else None
-        prompt = r.runs[0].prompt_tokens if r.runs and r.runs[0].prompt_tokens else None
-        lines.append([Cell(row.configuration, {"configuration": row.configuration}),
-                      Cell("-" if prompt is None else str(prompt), {"prompt_tokens": prompt}),
-                      Cell(num(cold, 0), {"prefix_cold_ttft_ms": cold}),
-                      Cell(num(warm, 0), {"prefix_warm_ttft_ms": warm}),
-                      Cell("-" if ratio is None else f"{ratio:.1f}x", {"prefix_speedup": ratio}),
-                      Cell(r.prefix_evidence or "-", {"prefix_evidence": r.prefix_evidence}),
-                      Cell(notes_of(r), {"errors": list(r.errors)})])
-    return Table("Prefix caching", "prefix_cache", header, lines,
-                 frozenset({"Configuration", "Cache evidence", "Notes"}))
 
 
 def telemetry_table(rows: Sequence[Row]) -> Table | None:
@@ -259,20 +217,18 @@ def power_table(sweeps: Sequence[PowerSweep]) -> Table | None:
 def all_tables(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> list[Table]:
     """The main table (when there is anything to compare), then one per extra workload measured."""
     main = main_table(rows, baseline, min_effect)
-    tables = [main] if main.rows else []
-    from llm_bench.workloads.quality.score import quality_table
+    return ([main] if main.rows else []) + workload_tables(rows, baseline)
 
-    return tables + [t for t in (concurrency_table(rows), prefix_cache_table(rows), quality_table(rows, baseline))
-                     if t is not None]
+
+def workload_tables(rows: Sequence[Row], baseline: Row | None) -> list[Table]:
+    """Each workload's own tables, in the registry's order."""
+    return [t for w in REGISTRY for t in w.tables(rows, baseline)]
 
 
 def section_tables(rows: Sequence[Row], power: Sequence[PowerSweep] = (), baseline: Row | None = None) -> list[Table]:
     """The tables after the main one that the HTML report shows: extra workloads (quality against the baseline),
     GPU telemetry, power sweeps."""
-    from llm_bench.workloads.quality.score import quality_table  # it renders with this module's Cell and Table
-
-    return [t for t in (concurrency_table(rows), prefix_cache_table(rows), quality_table(rows, baseline),
-                        telemetry_table(rows), power_table(power)) if t is not None]
+    return workload_tables(rows, baseline) + [t for t in (telemetry_table(rows), power_table(power)) if t is not None]
 
 
 def markdown_table(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> str:

@@ -43,6 +43,8 @@ from llm_bench.tune.plan import TunePlan
 from llm_bench.workloads.quality.score import Agreement, accuracy, agreement, recall_share
 from llm_bench.tune.serve import Served, load_errors
 from llm_bench.workloads.common import spec_from_runs
+from llm_bench.workloads.quality import QUALITY
+from llm_bench.workloads.standard import STANDARD
 
 Log = Callable[[str], None]
 SCREEN = "screen"
@@ -195,8 +197,8 @@ def estimate_text(plan: TunePlan, n: int, control: AliasRecord) -> str:
     full = first + plan.protocol.max_tokens * per_token
     rounds = plan.budget.max_rounds * finalists * (load + (plan.protocol.runs + 1) * full)
     # The quality workload: the agreement prompts (at most 96 tokens each), 4 short questions, the recall probes.
-    qp = plan.protocol
-    agreement_tokens = 3 * min(96, qp.quality_max_tokens or 96)
+    qp = QUALITY.settings_in(plan.protocol)
+    agreement_tokens = 3 * min(96, qp.max_tokens or 96)
     probes = len(qp.recall_lengths) * len(qp.recall_depths)
     quality = finalists * ((7 + probes) * first + (agreement_tokens + 4 * 16 + probes * 24) * per_token)
     total = min(screen + rounds + quality, plan.budget.max_time_s)
@@ -243,7 +245,7 @@ class Tuner:
 
     def screen(self) -> None:
         protocol = replace(self.plan.protocol, runs=1, max_tokens=self.plan.screen_max_tokens,
-                           workloads=("standard",))
+                           workloads=(STANDARD.name,))
         todo = [e for e in self.entries if e.screen is None]
         if len(todo) < len(self.entries):
             self.log(f"resuming: {len(self.entries) - len(todo)} preset(s) already screened")
@@ -282,13 +284,13 @@ class Tuner:
     def _full(self, entry: Entry, runs: int, with_quality: bool) -> None:
         """``runs`` more full runs, and the quality workload in the same load when it is still missing."""
         quality_now = with_quality and entry.quality_record is None
-        workloads = (("standard",) if runs > 0 else ()) + (("quality",) if quality_now else ())
+        workloads = ((STANDARD.name,) if runs > 0 else ()) + ((QUALITY.name,) if quality_now else ())
         if not workloads:
             return
         protocol = replace(self.plan.protocol, runs=max(runs, 1), workloads=workloads)
         records = self._measure(entry, protocol, TUNE)
         for record in records:
-            if record.workload == "quality":
+            if record.workload == QUALITY.record_name:
                 entry.quality_record = record
                 self.writer.add(record)
             elif entry.full is None:
@@ -380,9 +382,9 @@ def entries_from(candidates: list[Candidate], previous: ResultSet | None) -> lis
             continue
         if record.target == SCREEN:
             entry.screen = record
-        elif record.target == TUNE and record.workload == "standard":
+        elif record.target == TUNE and record.workload == STANDARD.record_name:
             entry.full = record
-        elif record.target == TUNE and record.workload == "quality":
+        elif record.target == TUNE and record.workload == QUALITY.record_name:
             entry.quality_record = record
     for entry in entries:
         if entry.screen is not None and (entry.screen.errors or not entry.screen.runs):

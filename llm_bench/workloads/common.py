@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import uuid
-from collections.abc import Callable
 from dataclasses import replace
 
 from llm_bench.engines import Engine
@@ -13,13 +12,11 @@ from llm_bench.engines.errors import ServerError
 from llm_bench.engines.metrics import SpecCounters
 from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 from llm_bench.gpu.telemetry import recording
-from llm_bench.plan import Protocol
 from llm_bench.prompts import shipped_prompt
 from llm_bench.results import AliasRecord, RunRecord
 from llm_bench.support.stats import relative_precision
 from llm_bench.support import numbers
-
-Log = Callable[[str], None]
+from llm_bench.workloads.base import Log, RunParameters
 
 # Below this acceptance rate a drafting server is rejecting (nearly) every draft token.
 ACCEPTANCE_TRAP_RATE = 0.01
@@ -43,7 +40,7 @@ class WorkloadInterrupted(Exception):
         self.records = records
 
 
-def chat_request(alias: str, protocol: Protocol, prompt: str, max_tokens: int | None = None,
+def chat_request(alias: str, protocol: RunParameters, prompt: str, max_tokens: int | None = None,
                  prompt_cache: bool | None = None) -> ChatRequest:
     """``prompt_cache`` None: as the protocol says (by default every prompt is processed whole)."""
     return ChatRequest(alias, prompt, max_tokens or protocol.max_tokens, protocol.temperature, protocol.seed,

@@ -4,6 +4,8 @@ answered with a reference configuration at report time."""
 from __future__ import annotations
 
 from llm_bench.workloads.quality.measure import (
+    QUALITY,
+    QualitySettings,
     code_found,
     is_correct,
     load_quality_set,
@@ -12,4 +14,4 @@ from llm_bench.workloads.quality.measure import (
     trim_answer,
 )
 
-__all__ = ["code_found", "is_correct", "load_quality_set", "quality", "recall_prompt", "trim_answer"]
+__all__ = ["QUALITY", "QualitySettings", "code_found", "is_correct", "load_quality_set", "quality", "recall_prompt", "trim_answer"]
