@@ -14,7 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from llm_bench.engines import ENGINES
+from llm_bench.engines import DEFAULT_ENGINE, ENGINES
 from llm_bench.prompts import shipped_prompt
 from llm_bench.validation import PlanError, check_fields, check_keys
 from llm_bench.workloads import LEGACY_NAMES, NAMES, REGISTRY, workload
@@ -187,7 +187,7 @@ class Plan:
     label: str = ""
     output_dir: Path = Path("results")
     protocol: Protocol = Protocol()
-    engine: str = "llama-cpp"
+    engine: str = DEFAULT_ENGINE
     api_key: ApiKeySource = ApiKeySource()
     metrics_url: str | None = None  # default: the server's /metrics
     # Send the API key to a metrics_url on another origin too (on the server's own it always goes).
@@ -250,7 +250,7 @@ def plan_from_mapping(data: dict[str, Any], *, relative_to: Path | None = None,
     aliases = data.get("aliases", ())
     if isinstance(aliases, str) or not isinstance(aliases, (list, tuple)) or not all(isinstance(a, str) for a in aliases):
         raise PlanError(f"plan: aliases must be a list of preset names, not {aliases!r}")
-    engine = data.get("engine", "llama-cpp")
+    engine = data.get("engine", DEFAULT_ENGINE)
     if engine not in ENGINES:
         raise PlanError(f"plan: unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     checks_data = dict(data.get("checks", {}))

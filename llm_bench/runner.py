@@ -64,7 +64,7 @@ def check_vram(record: AliasRecord, reading: VramReading, protocol: Protocol) ->
 def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Log,
                   target: str = "") -> list[AliasRecord]:
     """Every workload of the protocol for one alias; a failure ends the alias, not the run."""
-    base = AliasRecord(alias=alias, target=target, engine=engine.kind, decode_source=engine.decode_source)
+    base = AliasRecord(alias=alias, target=target, engine=engine.kind, decode_source=engine.capabilities.decode_source)
     records: list[AliasRecord] = []
     current = STANDARD.name  # the workload a failure is recorded against
     try:
@@ -121,7 +121,7 @@ def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, lo
 
 
 def _release(engine: Engine, alias: str, records: list[AliasRecord], log: Log) -> bool | None:
-    if engine.kind != "llama-cpp":
+    if not engine.capabilities.unload:
         return None
     try:
         engine.release(alias)

@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from llm_bench.engines import DEFAULT_ENGINE, ENGINES, capabilities_of
 from llm_bench.engines.switch import (
     EngineSide,
     RouterSide,
@@ -59,7 +60,7 @@ class SweepError(RuntimeError):
 @dataclass(frozen=True)
 class Target:
     name: str
-    engine: str = "llama-cpp"
+    engine: str = DEFAULT_ENGINE
     specialisation: str = BASE
     presets: tuple[str, ...] = ()  # empty: every preset the router lists
     expect_package: str | None = None
@@ -73,6 +74,12 @@ class Target:
     router_mode: str = "unload"
     api_key: ApiKeySource = ApiKeySource()
     ready_timeout_s: float = 1800.0
+
+    @property
+    def routed(self) -> bool:
+        """Served by the machine's router (its presets, switched to through a specialisation), rather than
+        by an engine brought up beside the router."""
+        return capabilities_of(self.engine).presets
 
 
 @dataclass(frozen=True)
@@ -108,12 +115,12 @@ def _target(data: dict[str, Any], relative_to: Path) -> Target:
     key_file = data.get("api_key_file")
     values["api_key"] = ApiKeySource(None if key_file is None else relative_to / key_file, data.get("api_key_env"))
     target = Target(**values)
-    if target.engine == "openai":
+    if target.engine not in ENGINES:
+        raise PlanError(f"target {name!r}: engine must be {' or '.join(ENGINES)}, not {target.engine!r}")
+    if not target.routed:
         missing = [k for k in ("url", "up_command", "down_command") if not getattr(target, k)]
         if missing:
-            raise PlanError(f"target {name!r} (engine openai) needs {', '.join(missing)}")
-    elif target.engine != "llama-cpp":
-        raise PlanError(f"target {name!r}: engine must be llama-cpp or openai, not {target.engine!r}")
+            raise PlanError(f"target {name!r} (engine {target.engine}) needs {', '.join(missing)}")
     return target
 
 
@@ -217,7 +224,7 @@ class SweepOutcome:
     measured: list[Path] = field(default_factory=list)
 
 
-def _measure_llama(plan: SweepPlan, target: Target, done: set[tuple[str, str]], log: Log) -> Path | None:
+def _measure_routed(plan: SweepPlan, target: Target, done: set[tuple[str, str]], log: Log) -> Path | None:
     wanted = target.presets
     if wanted and all((target.name, a) in done for a in wanted):
         log(f"target {target.name}: every preset already measured, skipping")
@@ -235,7 +242,7 @@ def _measure_llama(plan: SweepPlan, target: Target, done: set[tuple[str, str]], 
     return run_plan(run, log, target=target.name).path
 
 
-def _measure_openai(plan: SweepPlan, target: Target, done: set[tuple[str, str]], log: Log) -> Path | None:
+def _measure_beside(plan: SweepPlan, target: Target, done: set[tuple[str, str]], log: Log) -> Path | None:
     if target.model and (target.name, target.model) in done:
         log(f"target {target.name}: already measured, skipping")
         return None
@@ -250,7 +257,7 @@ def _measure_openai(plan: SweepPlan, target: Target, done: set[tuple[str, str]],
         raise SweepError(str(e)) from e
     try:
         run = Plan(url=target.url, aliases=(started.model,), label=target.name, output_dir=plan.output_dir,
-                   protocol=replace(plan.protocol, unload_after=False), engine="openai", api_key=target.api_key)
+                   protocol=replace(plan.protocol, unload_after=False), engine=target.engine, api_key=target.api_key)
         return run_plan(run, log, target=target.name).path
     finally:
         tear_down(engine, router, started.router, log)
@@ -270,7 +277,7 @@ def run_sweep(plan: SweepPlan, log: Log) -> SweepOutcome:
             log(f"== target {target.name} ({target.engine}): {progress(n, len(plan.targets), durations)}")
             started = time.perf_counter()
             try:
-                measure = _measure_openai if target.engine == "openai" else _measure_llama
+                measure = _measure_routed if target.routed else _measure_beside
                 path = measure(plan, target, done, log)
                 if path is not None:
                     outcome.measured.append(path)
@@ -293,7 +300,7 @@ def _switch_back(plan: SweepPlan, original: str, log: Log) -> None:
         log(f"already back on {original}")
         return
     override = next((t.switch_command for t in plan.targets
-                     if t.engine == "llama-cpp" and t.specialisation == original and t.switch_command), None)
+                     if t.routed and t.specialisation == original and t.switch_command), None)
     log(f"switching back to {original}, the configuration active when the sweep started")
     switch_to(plan, original, log, override)
 
@@ -303,7 +310,7 @@ def default_baseline(plan: SweepPlan) -> str | None:
     if plan.baseline:
         return plan.baseline
     for t in plan.targets:
-        if t.engine == "llama-cpp" and t.specialisation == BASE and t.presets:
+        if t.routed and t.specialisation == BASE and t.presets:
             return f"{t.name} / {t.presets[0]}"
     return None
 

@@ -26,7 +26,7 @@ from llm_bench.diagnostics.soak import (
     trend,
 )
 from llm_bench.diagnostics.soak import soak as run_soak
-from llm_bench.engines import open_engine
+from llm_bench.engines import LlamaCppEngine, open_engine
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.support.poll import poll_until
 from llm_bench.testbed.router import free_port
@@ -292,6 +292,7 @@ class _Broken:
     """An engine whose every request raises something other than ServerError."""
 
     kind = "llama-cpp"
+    capabilities = LlamaCppEngine.capabilities
     base_url = "http://127.0.0.1:1"
 
     def stream(self, request):

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from llm_bench.cli.exits import CouldNotRun
-from llm_bench.engines import DEFAULT_STREAMS, ENGINES, Engine, open_engine
+from llm_bench.engines import DEFAULT_ENGINE, DEFAULT_STREAMS, ENGINES, Engine, open_engine
 from llm_bench.plan import DEFAULT_URL, ApiKeySource, PlanError, Protocol, protocol_from_mapping
 from llm_bench.validation import FieldError, describe
 from llm_bench.workloads import NAMES, REGISTRY
@@ -179,5 +179,5 @@ def open_server(url: str | None, engine: str | None, api_key_file: Path | None, 
         key = (api_key_source(api_key_file, api_key_env) or ApiKeySource()).read()
     except PlanError as e:
         raise CouldNotRun(str(e)) from e
-    return open_engine(engine or "llama-cpp", url or DEFAULT_URL, timeout=timeout, api_key=key,
+    return open_engine(engine or DEFAULT_ENGINE, url or DEFAULT_URL, timeout=timeout, api_key=key,
                        metrics_url=metrics_url, metrics_key=bool(metrics_key), streams=streams)

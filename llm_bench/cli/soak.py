@@ -29,7 +29,7 @@ DEFAULT_MIX = ",".join(f"{k}={v}" for k, v in s.DEFAULT_MIX.items())
 
 def restart_watches(server, unit: str | None, container: str | None) -> list[RestartWatch]:
     watches: list[RestartWatch] = []
-    if server.kind == "llama-cpp":
+    if server.capabilities.model_events:
         watches.append(RouterInstanceWatch(server.base_url, server.auth_headers()))
     unit = unit or (JOURNAL_UNIT if journal_available() else None)
     if unit:

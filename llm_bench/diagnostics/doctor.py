@@ -54,10 +54,10 @@ class DoctorSettings:
 
 def probe_alias(engine: Engine, alias: str, max_tokens: int = 64, log: Log = lambda m: None) -> AliasRecord:
     """One short streamed request: drafting figures and a decode rate for the acceptance and roofline checks."""
-    record = AliasRecord(alias=alias, engine=engine.kind, decode_source=engine.decode_source)
+    record = AliasRecord(alias=alias, engine=engine.kind, decode_source=engine.capabilities.decode_source)
     before = engine.spec_counters(alias)
     run = run_record(engine.stream(ChatRequest(alias, "Write a Python function that merges two sorted lists.",
-                                               max_tokens, 1.0, 42)), engine.kind)
+                                               max_tokens, 1.0, 42)), engine)
     after = engine.spec_counters(alias)
     record.runs.append(run)
     record.spec = after.minus(before) if before and after else spec_from_runs(record.runs)

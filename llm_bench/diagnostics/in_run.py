@@ -41,7 +41,7 @@ def before_the_run(engine: Engine, aliases: Sequence[str], settings: Checks, log
     presets = router_presets(engine)
     fork = detect_fork(engine, presets, settings.build, settings.marker)
     server: list[Finding] = []
-    if engine.kind == "openai":
+    if not engine.capabilities.presets:
         config = vllm_config(vllm_command_lines(), None, engine.metrics_text())
         server = check_dtype_with_speculation(config) + check_prefix_caching(config)
     for finding in server:

@@ -31,7 +31,7 @@ from llm_bench.diagnostics.soak_requests import (
     send,
 )
 from llm_bench.engines import Engine
-from llm_bench.engines.errors import ServerError, ServerUnreachable
+from llm_bench.engines.errors import RequestRefused, RequestTimeout, ServerError, ServerUnreachable, StreamBroken
 from llm_bench.engines.stream import ChatRequest
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.prompts import shipped_prompt
@@ -182,17 +182,12 @@ def tail_cell(tail: Tail) -> str:
     return f"{tail.value:.2f}" if tail.label != "max" else f"max {tail.value:.2f} (n={tail.samples})"
 
 
+FAILURES = {ServerUnreachable: "unreachable", RequestTimeout: "timeout", RequestRefused: "http",
+            StreamBroken: "dropped"}
+
+
 def classify(error: ServerError) -> str:
-    text = str(error)
-    if isinstance(error, ServerUnreachable):
-        return "unreachable"
-    if "timed out" in text:
-        return "timeout"
-    if text.startswith("HTTP ") or " HTTP " in text:
-        return "http"
-    if "stream" in text:
-        return "dropped"
-    return "other"
+    return next((name for kind, name in FAILURES.items() if isinstance(error, kind)), "other")
 
 
 def trend(metric: str, points: Sequence[tuple[float, float]]) -> Trend | None:
@@ -341,7 +336,7 @@ def _count_gpu_errors(result: SoakResult, watch: GpuErrorWatch, nvml: Nvml | Non
 def _one(engine: Engine, request: ChatRequest) -> SoakRequest:
     try:
         m = engine.stream(request)
-        run = run_record(m, engine.kind)
+        run = run_record(m, engine)
     except ServerError as e:
         return SoakRequest(0.0, "", False, failure=classify(e), message=str(e)[:300])
     except Exception as e:  # noqa: BLE001 - any other error is this request's failure, not the soak's end

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_bench import __version__
-from llm_bench.engines import open_engine
+from llm_bench.engines import LlamaCppEngine, open_engine
 from llm_bench.engines.errors import ServerError, ServerUnreachable
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.gpu.telemetry import sampling
@@ -219,7 +219,7 @@ class Tuner:
         used = sum(requests_of(r) + 1 for r in writer.result_set.aliases)
         self.budget = Budget(plan, used)
         p = plan.protocol
-        self.engine = open_engine("llama-cpp", served.url, timeout=p.request_timeout_s, api_key=served.api_key,
+        self.engine = open_engine(LlamaCppEngine.kind, served.url, timeout=p.request_timeout_s, api_key=served.api_key,
                                   load_timeout=p.load_timeout_s)
 
     def close(self) -> None:
@@ -411,7 +411,7 @@ def new_meta(plan: TunePlan, candidates: list[Candidate], print_: str, engine_ur
         tune["resumed_from"] = (previous.meta.get("tune") or {}).get("resumed_from")
     return {
         "format": FORMAT, "llm_bench_version": __version__, "started_at": now.isoformat(timespec="seconds"),
-        "complete": False, "host": platform.node(), "label": TUNE, "engine": "llama-cpp",
+        "complete": False, "host": platform.node(), "label": TUNE, "engine": LlamaCppEngine.kind,
         "server_url": engine_url, "server_build": server_build, "gpu_driver": gpus.driver_version(),
         "gpus": [{"index": g.index, "name": g.name, "memory_total_mib": g.memory_total_mib} for g in gpus.gpus()],
         "nvml_unavailable": None if gpus.available else gpus.unavailable,
@@ -443,7 +443,7 @@ def run_search(plan: TunePlan, served: Served, log: Log, nvml: Nvml | None = Non
     previous = None if fresh else previous_result(plan.output_dir, print_)
     log(cost_text(plan, len(candidates)))
     with nvml or Nvml() as gpus:
-        probe = open_engine("llama-cpp", served.url, timeout=30.0, api_key=served.api_key)
+        probe = open_engine(LlamaCppEngine.kind, served.url, timeout=30.0, api_key=served.api_key)
         try:
             build = probe.server_build()
         except ServerError:

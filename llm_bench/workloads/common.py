@@ -70,13 +70,12 @@ def check_prompt_reuse(record: AliasRecord, run: RunRecord, request: ChatRequest
         "cache_prompt / cache_salt?)")
 
 
-def run_record(m: StreamMeasurement, engine_kind: str) -> RunRecord:
+def run_record(m: StreamMeasurement, engine: Engine) -> RunRecord:
     timings = m.timings or {}
     server_tps = timings.get("predicted_per_second")
     return RunRecord(
         ttft_ms=None if m.ttft_s is None else m.ttft_s * 1000.0,
-        # llama.cpp's router reports its own decode rate; other engines are measured from the stream.
-        decode_tps=server_tps if engine_kind == "llama-cpp" else m.client_decode_tps,
+        decode_tps=server_tps if engine.capabilities.server_decode_rate else m.client_decode_tps,
         server_decode_tps=server_tps,
         decode_ms=timings.get("predicted_ms"),
         client_decode_tps=m.client_decode_tps,
@@ -157,7 +156,7 @@ def measured_runs(engine: Engine, request: ChatRequest, runs: int, record: Alias
     with recording(record):
         for i in range(cap):
             try:
-                run = run_record(engine.stream(request), engine.kind)
+                run = run_record(engine.stream(request), engine)
             except ServerError as e:
                 record.errors.append(f"{label.lower()} {i + 1} of {shown} failed ({i} finished): {e}")
                 record.spec = spec_from_runs(record.runs)

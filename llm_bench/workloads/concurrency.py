@@ -54,7 +54,7 @@ def concurrency(engine: Engine, alias: str, protocol: RunParameters, base: Alias
         with recording(record):
             for batch in range(1, protocol.runs + 1):
                 measurements, errors, wall = simultaneous(engine, request, n)
-                runs = [run_record(m, engine.kind) for m in measurements]
+                runs = [run_record(m, engine) for m in measurements]
                 for run in runs:
                     run.batch = batch
                     check_length(record, run, request.max_tokens)

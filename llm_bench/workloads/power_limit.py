@@ -22,7 +22,7 @@ def measurer(engine: Engine, request: ChatRequest, runs: int, nvml: Nvml, log: L
             t0 = sampler.mark()
             for i in range(runs):
                 try:
-                    run = run_record(engine.stream(request), engine.kind)
+                    run = run_record(engine.stream(request), engine)
                 except ServerError as e:
                     result.errors.append(str(e))
                     log(f"  run {i + 1}/{runs} failed: {e}")

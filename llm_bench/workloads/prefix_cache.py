@@ -29,9 +29,9 @@ def prefix_cache(engine: Engine, alias: str, protocol: RunParameters, base: Alia
     record = derive(base, workload=PREFIX_CACHE.record_name, cold_load_s=None)
     request = chat_request(alias, protocol, long_prompt(settings.prompt_tokens, settings.chars_per_token),
                            max_tokens=settings.max_tokens, prompt_cache=True)  # caching is what it measures
-    cold = run_record(engine.stream(request), engine.kind)
+    cold = run_record(engine.stream(request), engine)
     before = engine.prefix_counters(alias)
-    warm = run_record(engine.stream(request), engine.kind)
+    warm = run_record(engine.stream(request), engine)
     after = engine.prefix_counters(alias)
     record.runs = [cold, warm]
     record.prefix_cold_ttft_ms = cold.ttft_ms
