@@ -18,7 +18,7 @@ from llm_bench.cli.run import run
 from llm_bench.cli.soak import soak
 from llm_bench.cli.sweep import sweep
 from llm_bench.cli.tune import tune
-from llm_bench.gpu.power import restore_leftover
+from llm_bench.power.limits import restore_leftover
 
 
 @click.group()

@@ -12,11 +12,11 @@ from llm_bench.cli.options import list_option, log, open_server, server_options
 from llm_bench.engines import select_models
 from llm_bench.engines.errors import ServerError
 from llm_bench.engines.stream import ChatRequest
-from llm_bench.gpu import power as p
+from llm_bench.power import limits as p
 from llm_bench.gpu.nvml import Nvml, PowerLimitError
 from llm_bench.plan import DEFAULT_URL, PlanError
 from llm_bench.prompts import shipped_prompt
-from llm_bench.workloads.power_limit import measurer
+from llm_bench.power.measure import measurer
 from llm_bench.results import reserve_path, results_stem, write_toml
 
 

@@ -22,7 +22,7 @@ POWER_FORMAT = "llm-bench-power/1"
 
 @dataclass(frozen=True)
 class PowerSweep:
-    """One ``llm-bench power`` file: its provenance and one mapping per power limit (gpu.power.LimitResult)."""
+    """One ``llm-bench power`` file: its provenance and one mapping per power limit (power.limits.LimitResult)."""
 
     path: Path
     meta: dict

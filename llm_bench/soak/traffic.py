@@ -24,7 +24,7 @@ from typing import Any
 from llm_bench.diagnostics.checks import check_xid, check_xid_events
 from llm_bench.diagnostics.gpu_errors import GpuErrorWatch
 from llm_bench.diagnostics.restarts import Restart, RestartWatch
-from llm_bench.diagnostics.soak_requests import (
+from llm_bench.soak.requests import (
     SPECIAL_KINDS,
     Capabilities,
     capabilities,
