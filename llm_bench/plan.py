@@ -14,6 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from llm_bench.diagnostics.settings import Checks
 from llm_bench.engines import DEFAULT_ENGINE, ENGINES
 from llm_bench.prompts import shipped_prompt
 from llm_bench.validation import PlanError, check_fields, check_keys
@@ -157,24 +158,6 @@ class ApiKeySource:
         if self.env is not None:
             return f"environment {self.env}"
         return None
-
-
-@dataclass(frozen=True)
-class Checks:
-    """Settings of the doctor's checks that run during every measurement (see docs/gpu.md)."""
-
-    log_file: Path | None = None  # a file with the server's log
-    log_command: str | None = None  # or a command printing it; neither: the journal when it exists
-    power_floor_w: float | None = field(default=None, metadata={"min": 0.0})  # warn when a GPU's limit is below this
-    # warn when decode reaches less than this fraction of the roofline
-    roofline_min: float = field(default=0.25, metadata={"min": 0.0, "max": 1.0})
-    # the llama.cpp build's name (e.g. "llamampere") when neither the marker nor /props says which it is
-    build: str | None = None
-    marker: Path = Path("/etc/llama-cpp/active.json")  # the NixOS module's note of the active package
-    kernel_log: Path | None = None  # kernel log lines to watch for Xid errors; default: journalctl -k or dmesg
-
-    def __post_init__(self) -> None:
-        check_fields(self)
 
 
 CHECK_KEYS = {f.name for f in fields(Checks)}

@@ -21,7 +21,9 @@ from typing import Any
 import numpy
 import tomli_w
 
+from llm_bench.engines.base import Engine
 from llm_bench.engines.metrics import SpecCounters
+from llm_bench.engines.stream import StreamMeasurement
 
 FORMAT = "llm-bench/1"
 # Files written before the default workload was named "standard" call it "protocol".
@@ -232,6 +234,35 @@ class AliasRecord:
                                 None if drafts is None else float(drafts),
                                 tuple(r * drafts for r in rates) if drafts else ())
         return cls(**fields, runs=runs, spec=spec)
+
+
+def run_record(m: StreamMeasurement, engine: Engine) -> RunRecord:
+    """One streamed answer as a run record; its decode rate the engine's own where it has one."""
+    timings = m.timings or {}
+    server_tps = timings.get("predicted_per_second")
+    return RunRecord(
+        ttft_ms=None if m.ttft_s is None else m.ttft_s * 1000.0,
+        decode_tps=server_tps if engine.capabilities.server_decode_rate else m.client_decode_tps,
+        server_decode_tps=server_tps,
+        decode_ms=timings.get("predicted_ms"),
+        client_decode_tps=m.client_decode_tps,
+        prompt_tps=timings.get("prompt_per_second"),
+        prompt_tokens=m.prompt_tokens,
+        output_tokens=m.output_tokens,
+        token_chunks=m.token_chunks,
+        finish_reason=m.finish_reason,
+        draft_n=timings.get("draft_n"),
+        draft_n_accepted=timings.get("draft_n_accepted"),
+        wall_s=None if m.done_at is None else m.done_at - m.sent_at,
+        cache_n=m.cached_tokens,
+    )
+
+
+def spec_from_runs(runs: list[RunRecord]) -> SpecCounters | None:
+    drafted = sum(r.draft_n or 0 for r in runs)
+    if not drafted:
+        return None
+    return SpecCounters(float(drafted), float(sum(r.draft_n_accepted or 0 for r in runs)))
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "llm_bench"
 
 # Which layer may import which: a module never imports from a layer above its own.
 LAYERS = ["support", "validation", "prompts", "testbed", "engines", "results", "preset_args", "tables", "gpu",
-          "workloads", "plan", "diagnostics", "runner", "report", "sweep", "demo", "tune", "soak", "power", "cli"]
+          "diagnostics", "workloads", "plan", "runner", "report", "sweep", "demo", "tune", "soak", "power", "cli"]
 
 
 def imports_of(path: Path) -> set[str]:

@@ -13,7 +13,7 @@ from llm_bench.results import (
     percentile,
     results_stem,
 )
-from llm_bench.workloads.common import spec_from_runs
+from llm_bench.results import spec_from_runs
 
 
 def record() -> AliasRecord:

@@ -4,7 +4,7 @@ a measured record) to findings. Gathering the evidence is ``doctor.py``'s and ``
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -13,9 +13,8 @@ from llm_bench.diagnostics.findings import ERROR, INFO, WARNING, Finding
 from llm_bench.engines.metrics import parse_prometheus
 from llm_bench.gpu import roofline
 from llm_bench.gpu.nvml import Nvml, PcieLink, VramReading, XidEvent
-from llm_bench.plan import Checks
+from llm_bench.diagnostics.settings import Checks
 from llm_bench.results import AliasRecord
-from llm_bench.workloads.common import check_acceptance_trap
 
 # llama.cpp src/llama-model.cpp: LLAMA_LOG_INFO("%s: offloaded %d/%d layers to GPU\n", ...)
 OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
@@ -169,6 +168,28 @@ def check_roofline(record: AliasRecord, min_fraction: float = Checks.roofline_mi
         f"{record.model_bytes / 1e9:.2f} GB per token), below {min_fraction:.0%}.",
         "look for layers on the CPU (offload check), a missing FlashAttention kernel, eager mode, a low power limit, "
         "or a CPU-bound sampler; a healthy single-stream decode reaches well over half the roofline")]
+
+
+# Below this acceptance rate a drafting server is rejecting (nearly) every draft token.
+ACCEPTANCE_TRAP_RATE = 0.01
+
+
+def check_acceptance_trap(record: AliasRecord, log: Callable[[str], None]) -> None:
+    """A drafting server that accepts (nearly) nothing: a warning on the record, and said at once."""
+    spec = record.spec
+    if spec is None or not spec.draft_tokens or (spec.acceptance_rate or 0.0) >= ACCEPTANCE_TRAP_RATE:
+        return
+    length = spec.mean_acceptance_length
+    message = (
+        f"ACCEPTANCE TRAP: the server drafted {spec.draft_tokens:.0f} tokens and accepted "
+        f"{spec.accepted_tokens:.0f} ({spec.acceptance_rate:.1%}"
+        + (f", mean acceptance length {length:.2f}" if length is not None else "")
+        + "): speculative decoding only costs time here. Known cause: the target runs in a different dtype "
+        "from the one the drafter was trained with (e.g. vLLM --dtype half instead of bfloat16); also check "
+        "that the drafter belongs to this target model."
+    )
+    record.warnings.append(message)
+    log("  !!! " + message)
 
 
 def check_acceptance(record: AliasRecord) -> list[Finding]:

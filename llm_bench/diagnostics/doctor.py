@@ -30,8 +30,7 @@ from llm_bench.engines.errors import ServerError
 from llm_bench.engines.stream import ChatRequest
 from llm_bench.gpu import roofline
 from llm_bench.gpu.nvml import Nvml
-from llm_bench.results import AliasRecord
-from llm_bench.workloads.common import run_record, spec_from_runs
+from llm_bench.results import AliasRecord, run_record, spec_from_runs
 
 Log = Callable[[str], None]
 

@@ -28,7 +28,7 @@ from llm_bench.diagnostics.server_log import log_source
 from llm_bench.engines import Engine
 from llm_bench.gpu import roofline
 from llm_bench.gpu.nvml import Nvml
-from llm_bench.plan import Checks
+from llm_bench.diagnostics.settings import Checks
 from llm_bench.results import AliasRecord
 
 Log = Callable[[str], None]

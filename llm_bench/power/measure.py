@@ -10,7 +10,7 @@ from llm_bench.engines.stream import ChatRequest
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.power.limits import LimitResult, Log, Measure
 from llm_bench.gpu.telemetry import TelemetrySampler, summarise
-from llm_bench.workloads.common import run_record
+from llm_bench.results import run_record
 
 
 def measurer(engine: Engine, request: ChatRequest, runs: int, nvml: Nvml, log: Log, interval_s: float = 0.5) -> Measure:

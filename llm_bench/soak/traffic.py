@@ -38,7 +38,8 @@ from llm_bench.prompts import shipped_prompt
 from llm_bench.results import Tail, tail_of
 from llm_bench.support.fanout import fan_out
 from llm_bench.support.plotting import figure
-from llm_bench.workloads.common import long_prompt, run_record
+from llm_bench.results import run_record
+from llm_bench.workloads.common import long_prompt
 
 Log = Callable[[str], None]
 KINDS = ("prose", "code", "json", "long", "concurrent", "tool", "thinking", "image")

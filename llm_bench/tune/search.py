@@ -36,13 +36,20 @@ from llm_bench.gpu.nvml import Nvml
 from llm_bench.gpu.telemetry import sampling
 from llm_bench.plan import Protocol
 from llm_bench.report.verdict import FASTER, SLOWER, Verdict, verdict
-from llm_bench.results import FORMAT, AliasRecord, ResultSet, ResultsFileError, ResultsWriter, load_results
+from llm_bench.results import (
+    FORMAT,
+    AliasRecord,
+    ResultSet,
+    ResultsFileError,
+    ResultsWriter,
+    load_results,
+    spec_from_runs,
+)
 from llm_bench.runner import RunAborted, measure_alias
 from llm_bench.tune.grid import Candidate
 from llm_bench.tune.plan import TunePlan
 from llm_bench.workloads.quality.score import Agreement, accuracy, agreement, recall_share
 from llm_bench.tune.serve import Served, load_errors
-from llm_bench.workloads.common import spec_from_runs
 from llm_bench.workloads.quality import QUALITY
 from llm_bench.workloads.standard import STANDARD
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from llm_bench.engines import Engine
 from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 from llm_bench.gpu.telemetry import recording
-from llm_bench.results import AliasRecord
+from llm_bench.diagnostics.checks import check_acceptance_trap
+from llm_bench.results import AliasRecord, run_record
 from llm_bench.support.fanout import fan_out
 from llm_bench.support.numbers import fmt as figure
 from llm_bench.tables import Cell, Row, Table, acceptance_cell, notes_of
@@ -18,12 +19,10 @@ from llm_bench.validation import check_fields
 from llm_bench.workloads.base import Flag, Log, RunParameters, Workload
 from llm_bench.workloads.common import (
     chat_request,
-    check_acceptance_trap,
     check_length,
     check_prompt_reuse,
     derive,
     fmt,
-    run_record,
     spec_delta,
 )
 
