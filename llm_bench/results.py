@@ -347,9 +347,11 @@ class ResultsWriter:
         write_toml(self.path, self.result_set.to_toml())
 
 
-def results_stem(started_at: datetime, label: str) -> str:
+def results_stem(started_at: datetime, label: str, kind: str | None = None) -> str:
+    """Every results file's name (without .toml): ``llm-bench-[KIND-]YYYYmmdd-HHMMSS-LABEL``, the label made
+    safe for a file name; a kind (``sweep``) for a file made from others rather than measured."""
     safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in label).strip("-") or "run"
-    return f"llm-bench-{started_at.strftime('%Y%m%d-%H%M%S')}-{safe}"
+    return f"llm-bench-{kind + '-' if kind else ''}{started_at.strftime('%Y%m%d-%H%M%S')}-{safe}"
 
 
 def load_results(path: Path) -> ResultSet:

@@ -6,17 +6,16 @@ plan's workloads, unload again. Each alias's records are saved before the next a
 
 from __future__ import annotations
 
-import platform
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 
-from llm_bench import __version__
 from llm_bench.engines.errors import ServerError, ServerUnreachable
 from llm_bench.diagnostics.in_run import InRunChecks, before_the_run
 from llm_bench.engines import Engine, open_engine, select_models
 from llm_bench.gpu.nvml import Nvml, VramReading
 from llm_bench.plan import Plan, Protocol
+from llm_bench.provenance import provenance, server_build
 from llm_bench.results import FORMAT, AliasRecord, ResultSet, ResultsWriter, results_stem
 from llm_bench.gpu.telemetry import sampling
 from llm_bench.support.progress import progress
@@ -134,26 +133,14 @@ def _release(engine: Engine, alias: str, records: list[AliasRecord], log: Log) -
         return False
 
 
-def provenance(plan: Plan, engine: Engine, nvml: Nvml, started_at: datetime) -> dict:
-    try:
-        server_build = engine.server_build()
-    except ServerError:
-        server_build = None
-    gpus = [{"index": g.index, "name": g.name, "memory_total_mib": g.memory_total_mib} for g in nvml.gpus()]
-    return {
-        "format": FORMAT,
-        "llm_bench_version": __version__,
-        "started_at": started_at.isoformat(timespec="seconds"),
+def run_meta(plan: Plan, engine: Engine, nvml: Nvml, started_at: datetime) -> dict:
+    return provenance(FORMAT, nvml, started_at) | {
         "complete": False,
-        "host": platform.node(),
         "label": plan.label,
         "engine": engine.kind,
         "server_url": plan.url,
-        "server_build": server_build,
+        "server_build": server_build(engine),
         "api_key": plan.api_key.describe(),
-        "gpu_driver": nvml.driver_version(),
-        "gpus": gpus,
-        "nvml_unavailable": None if nvml.available else nvml.unavailable,
         "protocol": plan.protocol.to_toml(),
     }
 
@@ -181,7 +168,7 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
         with nvml or Nvml() as gpus:
             aliases = [a for a in select_models(engine, plan.aliases) if not skip(a)]
             early = before_the_run(engine, aliases, plan.checks, log)
-            writer = ResultsWriter(plan.output_dir, ResultSet(provenance(plan, engine, gpus, started_at)),
+            writer = ResultsWriter(plan.output_dir, ResultSet(run_meta(plan, engine, gpus, started_at)),
                                    results_stem(started_at, plan.label or "run"))
             log(f"Results: {writer.path}")
             durations: list[float] = []

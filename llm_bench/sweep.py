@@ -40,7 +40,7 @@ from llm_bench.plan import (
 from llm_bench.runner import RunAborted, run_plan
 from llm_bench.support.poll import poll_until
 from llm_bench.support.progress import progress
-from llm_bench.results import FORMAT, ResultSet, ResultsWriter, load_results
+from llm_bench.results import FORMAT, ResultSet, ResultsWriter, load_results, results_stem
 
 Log = Callable[[str], None]
 
@@ -325,7 +325,7 @@ def write_merged(plan: SweepPlan, log: Log) -> Path | None:
             "protocol": plan.protocol.to_toml(), "complete": True}
     latest = {(r.target, r.configuration): r for s in sets for r in s.aliases}  # a later attempt replaces
     records = list(latest.values())
-    writer = ResultsWriter(plan.output_dir, ResultSet(meta, []), f"llm-bench-sweep-{now.strftime('%Y%m%d-%H%M%S')}-merged")
+    writer = ResultsWriter(plan.output_dir, ResultSet(meta, []), results_stem(now, "merged", kind="sweep"))
     writer.extend(records)
     log(f"merged results: {writer.path}")
     return writer.path

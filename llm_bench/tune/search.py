@@ -29,7 +29,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from llm_bench import __version__
 from llm_bench.engines import LlamaCppEngine, open_engine
 from llm_bench.engines.errors import ServerError, ServerUnreachable
 from llm_bench.gpu.nvml import Nvml
@@ -43,8 +42,10 @@ from llm_bench.results import (
     ResultsFileError,
     ResultsWriter,
     load_results,
+    results_stem,
     spec_from_runs,
 )
+from llm_bench.provenance import provenance, server_build
 from llm_bench.runner import RunAborted, measure_alias
 from llm_bench.tune.grid import Candidate
 from llm_bench.tune.plan import TunePlan
@@ -401,9 +402,6 @@ def entries_from(candidates: list[Candidate], previous: ResultSet | None) -> lis
 
 def new_meta(plan: TunePlan, candidates: list[Candidate], print_: str, engine_url: str,
              server_build: str | None, gpus: Nvml, previous: ResultSet | None) -> dict[str, Any]:
-    now = datetime.now(timezone.utc)
-    import platform  # noqa: PLC0415 - only the host name
-
     tune: dict[str, Any] = {
         "fingerprint": print_, "name": plan.name, "control": candidates[0].name,
         "mode": "existing router" if plan.url else "temporary router",
@@ -416,13 +414,9 @@ def new_meta(plan: TunePlan, candidates: list[Candidate], print_: str, engine_ur
     }
     if previous is not None:
         tune["resumed_from"] = (previous.meta.get("tune") or {}).get("resumed_from")
-    return {
-        "format": FORMAT, "llm_bench_version": __version__, "started_at": now.isoformat(timespec="seconds"),
-        "complete": False, "host": platform.node(), "label": TUNE, "engine": LlamaCppEngine.kind,
-        "server_url": engine_url, "server_build": server_build, "gpu_driver": gpus.driver_version(),
-        "gpus": [{"index": g.index, "name": g.name, "memory_total_mib": g.memory_total_mib} for g in gpus.gpus()],
-        "nvml_unavailable": None if gpus.available else gpus.unavailable,
-        "protocol": plan.protocol.to_toml(), "tune": tune,
+    return provenance(FORMAT, gpus) | {
+        "complete": False, "label": TUNE, "engine": LlamaCppEngine.kind, "server_url": engine_url,
+        "server_build": server_build, "protocol": plan.protocol.to_toml(), "tune": tune,
     }
 
 
@@ -452,15 +446,12 @@ def run_search(plan: TunePlan, served: Served, log: Log, nvml: Nvml | None = Non
     with nvml or Nvml() as gpus:
         probe = open_engine(LlamaCppEngine.kind, served.url, timeout=30.0, api_key=served.api_key)
         try:
-            build = probe.server_build()
-        except ServerError:
-            build = None
+            build = server_build(probe)
         finally:
             probe.close()
         meta = new_meta(plan, candidates, print_, served.url, build, gpus, previous)
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
         writer = ResultsWriter(plan.output_dir, ResultSet(meta, list(previous.aliases) if previous else []),
-                               f"llm-bench-{stamp}-tune-{plan.name}")
+                               results_stem(datetime.now(timezone.utc), f"tune-{plan.name}"))
         log(f"Results: {writer.path}" + (f" (resuming {meta['tune']['resumed_from']})" if previous else ""))
         entries = entries_from(candidates, previous)
         tuner = Tuner(plan, served, writer, gpus, log, entries)
