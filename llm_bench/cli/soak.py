@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from llm_bench.cli.exits import CouldNotRun, Interrupted, RanWithFailures
-from llm_bench.cli.gpu import run_meta
+from llm_bench.cli.power import run_meta
 from llm_bench.cli.options import DEFAULTS, default_of, log, open_server, server_options
 from llm_bench.soak import traffic as s
 from llm_bench.diagnostics.gpu_errors import GpuErrorWatch, KernelLog
