@@ -37,7 +37,11 @@ from llm_bench.plan import (
     Protocol,
     protocol_from_mapping,
 )
+from llm_bench.report import find_baseline, load_sets, markdown_table, rows_of, summary
+from llm_bench.report.chart import draw_chart
+from llm_bench.report.html import write_html
 from llm_bench.runner import RunAborted, run_plan
+from llm_bench.support.plotting import ChartError
 from llm_bench.support.poll import poll_until
 from llm_bench.support.progress import progress
 from llm_bench.results import FORMAT, ResultSet, ResultsWriter, load_results, results_stem
@@ -329,3 +333,26 @@ def write_merged(plan: SweepPlan, log: Log) -> Path | None:
     writer.extend(records)
     log(f"merged results: {writer.path}")
     return writer.path
+
+
+def report_sweep(plan: SweepPlan, merged: Path, failures: dict[str, str], baseline: str | None, log: Log) -> str:
+    """report.md, chart.png and report.html beside the merged results; returns the summary and the table."""
+    sets = load_sets([merged])
+    rows = rows_of(sets)
+    try:
+        base = find_baseline(rows, baseline or default_baseline(plan))
+    except ValueError as e:
+        log(f"no baseline: {e}")
+        base = None
+    table = markdown_table(rows, base)
+    text = summary(rows, base, failures)
+    (plan.output_dir / "report.md").write_text(text + "\n" + table)
+    try:
+        draw_chart(rows, plan.output_dir / "chart.png", base, "Decode speed by configuration, all targets")
+    except ChartError as e:
+        log(f"no chart: {e}")
+    write_html(plan.output_dir / "report.html", sets, base.configuration if base else None, rows=rows,
+               title="llm-bench sweep: decode speed by configuration", failures=failures)
+    log(f"Merged results: {merged}\nReport: {plan.output_dir / 'report.md'}\nChart: {plan.output_dir / 'chart.png'}"
+        f"\nHTML report: {plan.output_dir / 'report.html'}")
+    return text + "\n" + table

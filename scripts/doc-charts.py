@@ -16,7 +16,8 @@ from llm_bench.power.limits import LimitResult, draw_power_chart
 from llm_bench.report import Row
 from llm_bench.results import AliasRecord, RunRecord
 from llm_bench.gpu import roofline
-from llm_bench.soak.traffic import SoakRequest, SoakResult, analyse, draw_soak_chart
+from llm_bench.soak.report import draw_soak_chart
+from llm_bench.soak.traffic import SoakRequest, SoakResult, analyse
 from llm_bench.gpu.telemetry import draw_telemetry_chart, summarise
 
 OUT = Path("docs/img")

@@ -20,11 +20,11 @@ from llm_bench.soak.traffic import (
     SoakResult,
     SoakSettings,
     analyse,
-    markdown,
     parse_mix,
     schedule,
     trend,
 )
+from llm_bench.soak.report import markdown
 from llm_bench.soak.traffic import soak as run_soak
 from llm_bench.engines import LlamaCppEngine, open_engine
 from llm_bench.gpu.nvml import Nvml

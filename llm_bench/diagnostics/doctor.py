@@ -88,6 +88,12 @@ def kernel_findings(nvml: Nvml, settings: DoctorSettings) -> list[Finding]:
                             settings.kernel_log.describe())
 
 
+def run_doctor(engine: Engine, settings: DoctorSettings, source: LogSource | None, log: Log) -> list[Finding]:
+    """``llm-bench doctor``: every check on this server and this machine's GPUs."""
+    with Nvml() as nvml:
+        return diagnose(engine, nvml, source, settings, log)
+
+
 def diagnose(engine: Engine, nvml: Nvml, source: LogSource | None, settings: DoctorSettings,
              log: Log = lambda m: None) -> list[Finding]:
     """Every check the evidence allows; raises ServerError only when the server cannot be asked at all,

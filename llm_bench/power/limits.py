@@ -214,17 +214,6 @@ def sweep(nvml: Nvml, gpus: Sequence[int], limits_w: Sequence[float], measure: M
     return results
 
 
-def markdown(results: Sequence[LimitResult]) -> str:
-    lines = ["| Limit W | Decode t/s | Tokens/J | J/token | Mean power W | Max temp C | SM MHz | Energy from |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in results:
-        jpt = None if not r.tokens_per_joule else 1.0 / r.tokens_per_joule
-        lines.append(f"| {r.limit_w:.0f} | {fmt(r.decode_tps)} | {fmt(r.tokens_per_joule, 3)} | {fmt(jpt, 2)} | "
-                     f"{fmt(r.mean_power_w)} | {fmt(r.max_temperature_c, 0)} | {fmt(r.mean_sm_clock_mhz, 0)} | "
-                     f"{r.energy_source or '-'}" + (f" FAILED: {'; '.join(r.errors)}" if r.errors else "") + " |")
-    return "\n".join(lines) + "\n"
-
-
 def draw_power_chart(results: Sequence[LimitResult], path: Path, title: str | None = None) -> Path:
     """Decode t/s and tokens per joule against the power limit; temperature written at each point."""
 

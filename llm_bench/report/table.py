@@ -195,23 +195,24 @@ def power_table(sweeps: Sequence[PowerSweep]) -> Table | None:
     """``llm-bench power`` sweeps: decode rate, energy and heat at each power limit."""
     if not sweeps:
         return None
-    header = ["Configuration", "Limit W", "Decode t/s", "Tokens/J", "Mean power W", "Max temp C", "SM clock MHz",
-              "Notes"]
-    fields = [("limit_w", 0), ("decode_tps", 1), ("tokens_per_joule", 3), ("mean_power_w", 1),
-              ("max_temperature_c", 0), ("mean_sm_clock_mhz", 0)]
+    header = ["Configuration", "Limit W", "Decode t/s", "Tokens/J", "J/token", "Mean power W", "Max temp C",
+              "SM clock MHz", "Energy from", "Notes"]
+    fields = [("limit_w", 0), ("decode_tps", 1), ("tokens_per_joule", 3), ("joules_per_token", 2),
+              ("mean_power_w", 1), ("max_temperature_c", 0), ("mean_sm_clock_mhz", 0)]
     lines = []
     for sweep in sweeps:
         name = str(sweep.meta.get("alias", sweep.path.name))
         for limit in sweep.limits:
+            figures = {k: v for k, v in limit.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            if figures.get("tokens_per_joule"):
+                figures["joules_per_token"] = 1.0 / figures["tokens_per_joule"]
             cells = [Cell(name, {"configuration": name})]
-            for key, digits in fields:
-                value = limit.get(key)
-                value = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-                cells.append(Cell(num(value, digits), {key: value}))
+            cells += [Cell(num(figures.get(key), digits), {key: figures.get(key)}) for key, digits in fields]
+            cells.append(Cell(str(limit.get("energy_source", "-")), {"energy_source": limit.get("energy_source")}))
             errors = [str(e) for e in limit.get("errors", [])]
             cells.append(Cell("FAILED: " + "; ".join(errors) if errors else "", {"errors": errors}))
             lines.append(cells)
-    return Table("Power limits", "power", header, lines)
+    return Table("Power limits", "power", header, lines, frozenset({"Configuration", "Energy from", "Notes"}))
 
 
 def all_tables(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> list[Table]:
