@@ -43,6 +43,7 @@ from llm_bench.report.html import write_html
 from llm_bench.runner import RunAborted, run_plan
 from llm_bench.support.plotting import ChartError
 from llm_bench.support.poll import poll_until
+from llm_bench.validation import check_keys
 from llm_bench.support.progress import progress
 from llm_bench.results import FORMAT, ResultSet, ResultsWriter, load_results, results_stem
 
@@ -109,9 +110,7 @@ def _target(data: dict[str, Any], relative_to: Path) -> Target:
     name = data.get("name")
     if not isinstance(name, str) or not name:
         raise PlanError("every [[targets]] entry needs a name")
-    unknown = sorted(set(data) - TARGET_KEYS)
-    if unknown:
-        raise PlanError(f"target {name!r}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(TARGET_KEYS))}")
+    check_keys(f"target {name!r}", data, TARGET_KEYS)
     values = {k: v for k, v in data.items() if k not in ("api_key_file", "api_key_env")}
     values["presets"] = tuple(values.get("presets", ()))
     if "workdir" in values:
@@ -129,9 +128,7 @@ def _target(data: dict[str, Any], relative_to: Path) -> Target:
 
 
 def sweep_plan_from_mapping(data: dict[str, Any], relative_to: Path) -> SweepPlan:
-    unknown = sorted(set(data) - SWEEP_KEYS)
-    if unknown:
-        raise PlanError(f"sweep plan: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(SWEEP_KEYS))}")
+    check_keys("sweep plan", data, SWEEP_KEYS)
     targets = tuple(_target(t, relative_to) for t in data.get("targets", []))
     if not targets:
         raise PlanError("sweep plan: no [[targets]]; name at least one specialisation or engine")

@@ -15,8 +15,9 @@ from llm_bench.report.rows import (
     speedup_text,
     verdict_of,
 )
-from llm_bench.report.table import num, verdict_text
+from llm_bench.report.table import verdict_text
 from llm_bench.report.verdict import FASTER, SLOWER, TOO_FEW_RUNS, WITHIN_NOISE
+from llm_bench.support.numbers import fmt
 from llm_bench.tables import Row, Section
 from llm_bench.workloads import REGISTRY
 
@@ -51,7 +52,7 @@ def summary_sections(rows: Sequence[Row], baseline: Row | None, failures: dict[s
             versus = " (the baseline)"
         head.append(f"fastest on {engine}: {row.configuration}, {row.decode_tps:.1f} t/s{versus}")
     if baseline is not None:
-        head.append(f"baseline: {baseline.configuration}, {num(baseline.decode_tps)} t/s")
+        head.append(f"baseline: {baseline.configuration}, {fmt(baseline.decode_tps)} t/s")
     sections = [Section(None, head)]
     if baseline is not None:
         kinds = _against(rows, baseline, min_effect)

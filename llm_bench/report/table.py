@@ -22,6 +22,7 @@ from llm_bench.report.rows import (
     verdict_of,
 )
 from llm_bench.report.verdict import Verdict
+from llm_bench.support.numbers import fmt
 from llm_bench.tables import Cell, Column, Row, Table, acceptance_cell, markdown, notes_of
 from llm_bench.workloads import REGISTRY
 from llm_bench.workloads.base import MainColumn
@@ -41,18 +42,14 @@ class Context:
     added: dict[str, dict[str, Cell]] = field(default_factory=dict)
 
 
-def num(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
 def _summary_cell(row: Row, metric: str, key: str, digits: int = 1) -> Cell:
     s = row.record.summary(metric)
     value = None if s is None else s.median
-    return Cell(num(value, digits), {key: value})
+    return Cell(fmt(value, digits), {key: value})
 
 
 def _decode(row: Row, _ctx: Context) -> Cell:
-    return Cell(num(row.decode_tps), {"decode_tps_median": row.decode_tps, "decode_source": row.record.decode_source})
+    return Cell(fmt(row.decode_tps), {"decode_tps_median": row.decode_tps, "decode_source": row.record.decode_source})
 
 
 def _spread(row: Row, _ctx: Context) -> Cell:
@@ -129,7 +126,7 @@ MAIN_COLUMNS: list[Column[Context]] = [
     Column("Client t/s", lambda row, ctx: _summary_cell(row, "client_decode_tps", "client_decode_tps_median")),
     Column("Roofline t/s (reached)", _roofline, lambda ctx: ctx.with_roofline),
     Column("TTFT ms", lambda row, ctx: _summary_cell(row, "ttft_ms", "ttft_ms_median", 0)),
-    Column("Cold load s", lambda row, ctx: Cell(num(row.record.cold_load_s, 2), {"cold_load_s": row.record.cold_load_s})),
+    Column("Cold load s", lambda row, ctx: Cell(fmt(row.record.cold_load_s, 2), {"cold_load_s": row.record.cold_load_s})),
     Column("Context", lambda row, ctx: Cell(context_of(row.record), {
         "context": None if context_of(row.record) == "-" else context_of(row.record)}), text=True),
     Column("Notes", lambda row, ctx: Cell(notes_of(row.record), {
@@ -184,7 +181,7 @@ def telemetry_table(rows: Sequence[Row]) -> Table | None:
             value = t.get(key)
             if isinstance(value, list):  # one figure per GPU: the peak, or the sum of power over GPUs
                 value = reduce(value) if value and reduce else None
-            cells.append(Cell(num(value, digits), {key: value}))
+            cells.append(Cell(fmt(value, digits), {key: value}))
         cells.append(Cell(str(t.get("energy_source", "-")), {"energy_source": t.get("energy_source")}))
         lines.append(cells)
     return Table("GPU telemetry and energy", "telemetry", header, lines,
@@ -207,7 +204,7 @@ def power_table(sweeps: Sequence[PowerSweep]) -> Table | None:
             if figures.get("tokens_per_joule"):
                 figures["joules_per_token"] = 1.0 / figures["tokens_per_joule"]
             cells = [Cell(name, {"configuration": name})]
-            cells += [Cell(num(figures.get(key), digits), {key: figures.get(key)}) for key, digits in fields]
+            cells += [Cell(fmt(figures.get(key), digits), {key: figures.get(key)}) for key, digits in fields]
             cells.append(Cell(str(limit.get("energy_source", "-")), {"energy_source": limit.get("energy_source")}))
             errors = [str(e) for e in limit.get("errors", [])]
             cells.append(Cell("FAILED: " + "; ".join(errors) if errors else "", {"errors": errors}))
