@@ -99,11 +99,12 @@ class SweepPlan:
     unit: str = "llama-cpp.service"
     switch_timeout_s: float = 600.0
     baseline: str | None = None
+    api_key: ApiKeySource = ApiKeySource()  # the machine's router's, when it was started with --api-key
 
 
 TARGET_KEYS = {f for f in Target.__dataclass_fields__} - {"api_key"} | {"api_key_file", "api_key_env"}
-SWEEP_KEYS = {"targets", "output_dir", "protocol", "url", "marker", "system", "switch_command", "unit",
-              "switch_timeout_s", "baseline"}
+SWEEP_KEYS = {"targets", "output_dir", "protocol", "url", "api_key_file", "api_key_env", "marker", "system",
+              "switch_command", "unit", "switch_timeout_s", "baseline"}
 
 
 def _target(data: dict[str, Any], relative_to: Path) -> Target:
@@ -146,6 +147,8 @@ def sweep_plan_from_mapping(data: dict[str, Any], relative_to: Path) -> SweepPla
         unit=data.get("unit", "llama-cpp.service"),
         switch_timeout_s=float(data.get("switch_timeout_s", 600.0)),
         baseline=data.get("baseline"),
+        api_key=ApiKeySource(None if data.get("api_key_file") is None else relative_to / data["api_key_file"],
+                             data.get("api_key_env")),
     )
 
 
@@ -184,7 +187,8 @@ def switch_to(plan: SweepPlan, specialisation: str, log: Log, override: str | No
                     timeout=plan.switch_timeout_s, log=log)
     except SwitchError as e:
         raise SweepError(f"switching to {specialisation} failed: {e}") from e
-    if not poll_until(lambda: (_unit_active(plan.unit) and router_answers(plan.url)) or None,
+    key = plan.api_key.read()
+    if not poll_until(lambda: (_unit_active(plan.unit) and router_answers(plan.url, api_key=key)) or None,
                       timeout=plan.switch_timeout_s, interval=1.0):
         raise SweepError(f"after switching to {specialisation}, {plan.unit or 'the router'} did not answer "
                          f"on {plan.url} within {plan.switch_timeout_s:.0f} s")
@@ -239,7 +243,8 @@ def _measure_routed(plan: SweepPlan, target: Target, done: set[tuple[str, str]],
     skipped = len(aliases) - len(todo)
     if skipped:
         log(f"target {target.name}: {skipped} preset(s) already measured, resuming with {', '.join(todo)}")
-    run = Plan(url=plan.url, aliases=todo, label=target.name, output_dir=plan.output_dir, protocol=plan.protocol)
+    run = Plan(url=plan.url, aliases=todo, label=target.name, output_dir=plan.output_dir, protocol=plan.protocol,
+               api_key=plan.api_key)
     return run_plan(run, log, target=target.name).path
 
 
@@ -251,7 +256,7 @@ def _measure_beside(plan: SweepPlan, target: Target, done: set[tuple[str, str]],
     engine = EngineSide(url=target.url, up_command=target.up_command, down_command=target.down_command,
                         model=target.model, workdir=target.workdir, api_key=api_key, name=target.name,
                         ready_timeout_s=target.ready_timeout_s)
-    router = RouterSide(url=plan.url, mode=target.router_mode)
+    router = RouterSide(url=plan.url, mode=target.router_mode, api_key=plan.api_key.read())
     try:
         started = bring_up(engine, router, log)
     except SwitchError as e:
