@@ -2,17 +2,21 @@
 
 Field validation is driven by each dataclass's own type hints, plus an optional range in the field's
 metadata (``{"min": x}``, ``{"above": x}``, ``{"max": x}``; for a tuple it applies to each item), so a
-field added later is checked without anyone writing a check for it. Every message names the field,
-the value and what is allowed.
+field added later is checked without anyone writing a check for it; pydantic does the checking. Every
+message names the field, the value and what is allowed.
 """
 
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from annotated_types import Ge, Gt, Le
+from pydantic import ConfigDict, Strict, TypeAdapter, ValidationError
 
 
 class PlanError(ValueError):
@@ -55,51 +59,39 @@ def describe(hint: Any) -> str:
     return f"a {getattr(hint, '__name__', hint)}"
 
 
-class _Mismatch(Exception):
-    pass
+# Where a plan's value may come as TOML gives it: a list for a tuple, a string for a path. Everything
+# else is strict: true is no number, 1.5 or "3" no whole number; an int is taken where a number is wanted.
+_FROM_TOML = Strict(False)
+_RANGES = {"min": Ge, "above": Gt, "max": Le}
+_RANGE_ERRORS = {"greater_than_equal", "greater_than", "less_than_equal"}
 
 
-def _coerce(hint: Any, value: Any) -> Any:
-    """``value`` as ``hint`` asks (a TOML int where a float is wanted, a list where a tuple is), or _Mismatch."""
+def _leaf(hint: Any) -> bool:
+    """A hint pydantic checks here: scalars, paths, literals, and unions and tuples of them. A dataclass or a
+    container of other things is checked as a whole: its own __post_init__ checks its fields."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return value
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    elif hint is Path:
-        if isinstance(value, (str, Path)):
-            return Path(value)
-    elif hint is type(None):
-        if value is None:
-            return None
-    elif origin is Literal:
-        if value in args:
-            return value
-    elif origin in (types.UnionType, typing.Union):
-        for arg in args:
-            try:
-                return _coerce(arg, value)
-            except _Mismatch:
-                pass
-    elif origin is tuple:
-        if isinstance(value, (list, tuple)):  # a TOML array, or a tuple given in code
-            return tuple(_coerce(args[0], v) for v in value)
-    elif origin in (list, dict, set, frozenset):  # containers are checked as a whole, their items by the owner
-        if isinstance(value, origin):
-            return value
-    elif isinstance(hint, type):
-        if isinstance(value, hint):
-            return value
-    else:
-        return value  # a type hint this checker does not know: left to the field's own code
-    raise _Mismatch
+    if origin in (types.UnionType, typing.Union, tuple):
+        return all(_leaf(a) for a in args if a is not Ellipsis)
+    return origin is Literal or hint in (bool, int, float, str, Path, type(None))
+
+
+def _schema(hint: Any, meta: tuple[tuple[str, Any], ...]) -> Any:
+    """The hint as pydantic validates it, its range (``meta``) on every number in it."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (types.UnionType, typing.Union):
+        return typing.Union[tuple(_schema(a, meta) for a in args)]
+    if origin is tuple:
+        return Annotated[tuple[_schema(args[0], meta), ...], _FROM_TOML]  # type: ignore[misc]
+    if hint is Path:
+        return Annotated[Path, _FROM_TOML]
+    if hint in (int, float) and meta:
+        return Annotated[hint, *(_RANGES[k](v) for k, v in meta)]
+    return hint
+
+
+@functools.cache
+def _adapter(hint: Any, meta: tuple[tuple[str, Any], ...]) -> TypeAdapter[Any]:
+    return TypeAdapter(_schema(hint, meta), config=ConfigDict(strict=True))
 
 
 def _bounds(meta: Any) -> str:
@@ -107,15 +99,23 @@ def _bounds(meta: Any) -> str:
     return ", ".join(f"{words[k]} {meta[k]}" for k in words if k in meta)
 
 
-def _out_of_range(value: Any, meta: Any) -> str | None:
-    items = value if isinstance(value, tuple) else (value,)
-    for item in items:
-        if not isinstance(item, (int, float)) or isinstance(item, bool):
-            continue
-        if ("min" in meta and item < meta["min"]) or ("above" in meta and item <= meta["above"]) \
-                or ("max" in meta and item > meta["max"]):
-            return _bounds(meta)
-    return None
+def _checked(name: str, hint: Any, value: Any, meta: Any) -> Any:
+    """``value`` as ``hint`` and the field's range allow, normalised (a list as a tuple, an int as a float)."""
+    if not _leaf(hint):
+        whole = typing.get_origin(hint) or hint
+        if hint is Any or not isinstance(whole, type) or isinstance(value, whole):
+            return value
+        raise FieldError(name, f"must be {describe(hint)}, not {value!r}")
+    ranges = tuple((k, meta[k]) for k in _RANGES if k in meta)
+    try:
+        return _adapter(hint, ranges).validate_python(value)
+    except ValidationError as e:
+        if any(error["type"] in _RANGE_ERRORS for error in e.errors()):
+            shown = f"{list(value)!r}" if isinstance(value, (list, tuple)) else f"{value!r}"
+            each = " (each)" if typing.get_origin(hint) is tuple else ""
+            raise FieldError(name, f"must be {_bounds(meta)}{each}, not {shown}") from None
+        bounds = _bounds(meta)
+        raise FieldError(name, f"must be {describe(hint)}{f' ({bounds})' if bounds else ''}, not {value!r}") from None
 
 
 def check_fields(obj: Any) -> None:
@@ -123,19 +123,7 @@ def check_fields(obj: Any) -> None:
     the message names the field, the value and what is allowed."""
     hints = typing.get_type_hints(type(obj))
     for f in fields(obj):
-        value = getattr(obj, f.name)
-        try:
-            normalised = _coerce(hints[f.name], value)
-        except _Mismatch:
-            bounds = _bounds(f.metadata)
-            raise FieldError(f.name, f"must be {describe(hints[f.name])}{f' ({bounds})' if bounds else ''}, "
-                                     f"not {value!r}") from None
-        allowed = _out_of_range(normalised, f.metadata)
-        if allowed is not None:
-            shown = f"{value!r}" if not isinstance(value, (list, tuple)) else f"{list(value)!r}"
-            each = " (each)" if isinstance(normalised, tuple) else ""
-            raise FieldError(f.name, f"must be {allowed}{each}, not {shown}")
-        object.__setattr__(obj, f.name, normalised)
+        object.__setattr__(obj, f.name, _checked(f.name, hints[f.name], getattr(obj, f.name), f.metadata))
 
 
 def check_keys(where: str, given: dict[str, Any], allowed: set[str]) -> None:

@@ -191,13 +191,11 @@ def trend(metric: str, points: Sequence[tuple[float, float]]) -> Trend | None:
         return None
     xs = [p[0] for p in points]
     ys = [p[1] for p in points]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    if sxx == 0:
+    try:
+        slope, _ = statistics.linear_regression(xs, ys)
+    except statistics.StatisticsError:  # every point at the same moment: no line
         return None
-    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
-    syy = sum((y - my) ** 2 for y in ys)
-    r2 = 1.0 if syy == 0 else (slope * slope * sxx) / syy
+    r2 = statistics.correlation(xs, ys) ** 2 if len(set(ys)) > 1 else 1.0  # a flat line explains it all
     span = max(xs) - min(xs)
     return Trend(metric, len(points), slope * 60.0, r2, ys[0], ys[-1], slope * span)
 
