@@ -13,11 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from llm_bench.report.chart import draw_chart
 from llm_bench.plan import Plan, Protocol
-from llm_bench.runner import run_plan
 from llm_bench.report import find_baseline, load_sets, markdown_table, rows_of, summary
+from llm_bench.report.chart import draw_chart
 from llm_bench.report.html import write_html
+from llm_bench.runner import run_plan
 from llm_bench.testbed.llama_server import ensure_llama_server
 from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.testbed.random_drafter import write_random_drafter

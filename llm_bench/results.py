@@ -7,12 +7,11 @@ TOML has no null: a figure that does not exist is left out, never written as 0.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import math
 import os
 import statistics
 import tomllib
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path

@@ -10,18 +10,18 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 
-from llm_bench.engines.errors import ServerError, ServerUnreachable
 from llm_bench.diagnostics.in_run import InRunChecks, before_the_run
 from llm_bench.engines import Engine, open_engine, select_models
+from llm_bench.engines.errors import ServerError, ServerUnreachable
 from llm_bench.gpu.nvml import Nvml, VramReading
+from llm_bench.gpu.telemetry import sampling
 from llm_bench.plan import Plan, Protocol
 from llm_bench.provenance import provenance, server_build
 from llm_bench.results import FORMAT, AliasRecord, ResultSet, ResultsWriter, results_stem
-from llm_bench.gpu.telemetry import sampling
 from llm_bench.support.progress import progress
 from llm_bench.workloads import of_record, workload
-from llm_bench.workloads.standard import STANDARD
 from llm_bench.workloads.common import WorkloadInterrupted, chat_request, derive
+from llm_bench.workloads.standard import STANDARD
 
 Log = Callable[[str], None]
 

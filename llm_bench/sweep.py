@@ -40,12 +40,12 @@ from llm_bench.plan import (
 from llm_bench.report import find_baseline, load_sets, markdown_table, rows_of, summary
 from llm_bench.report.chart import draw_chart
 from llm_bench.report.html import write_html
+from llm_bench.results import FORMAT, ResultSet, ResultsWriter, load_results, results_stem
 from llm_bench.runner import RunAborted, run_plan
 from llm_bench.support.plotting import ChartError
 from llm_bench.support.poll import poll_until
-from llm_bench.validation import check_keys
 from llm_bench.support.progress import progress
-from llm_bench.results import FORMAT, ResultSet, ResultsWriter, load_results, results_stem
+from llm_bench.validation import check_keys
 
 Log = Callable[[str], None]
 

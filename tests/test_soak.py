@@ -15,6 +15,9 @@ from click.testing import CliRunner
 from llm_bench.cli import main
 from llm_bench.diagnostics.gpu_errors import GpuErrorWatch, KernelLog
 from llm_bench.diagnostics.restarts import CounterWatch, Restart, RouterInstanceWatch
+from llm_bench.engines import LlamaCppEngine, open_engine
+from llm_bench.gpu.nvml import Nvml
+from llm_bench.soak.report import markdown
 from llm_bench.soak.traffic import (
     SoakRequest,
     SoakResult,
@@ -24,10 +27,7 @@ from llm_bench.soak.traffic import (
     schedule,
     trend,
 )
-from llm_bench.soak.report import markdown
 from llm_bench.soak.traffic import soak as run_soak
-from llm_bench.engines import LlamaCppEngine, open_engine
-from llm_bench.gpu.nvml import Nvml
 from llm_bench.support.poll import poll_until
 from llm_bench.testbed.router import free_port
 from tests.fake_nvml import FakeNvml
@@ -347,8 +347,8 @@ def test_an_unreachable_server_could_not_run(tmp_path):
 
 
 def test_ctrl_c_exits_130_with_what_was_measured_saved(monkeypatch, tmp_path):
-    from llm_bench.cli import options
     import llm_bench.soak.traffic as s
+    from llm_bench.cli import options
 
     monkeypatch.setattr(options, "open_engine", lambda kind, url, **kw: _Broken())
 

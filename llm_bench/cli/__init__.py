@@ -11,8 +11,8 @@ from llm_bench import __version__
 from llm_bench.cli.demo import demo
 from llm_bench.cli.doctor import doctor
 from llm_bench.cli.engine import engine
-from llm_bench.cli.power import power
 from llm_bench.cli.options import log
+from llm_bench.cli.power import power
 from llm_bench.cli.report import report, telemetry
 from llm_bench.cli.run import run
 from llm_bench.cli.soak import soak

@@ -10,7 +10,6 @@ import click
 from llm_bench.cli.exits import CouldNotRun, RanWithFailures
 from llm_bench.cli.options import api_key_source, log
 from llm_bench.engines.errors import ServerError
-from llm_bench.plan import ApiKeySource, PlanError
 from llm_bench.engines.switch import (
     DEFAULT_ROUTER_URL,
     HYPERQWEN_MODEL,
@@ -25,6 +24,7 @@ from llm_bench.engines.switch import (
     hyperqwen_engine,
     tear_down,
 )
+from llm_bench.plan import ApiKeySource, PlanError
 
 API_KEY_ENV = "VLLM_API_KEY"
 

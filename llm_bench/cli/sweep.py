@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
+from llm_bench.cli.exits import CouldNotRun, Interrupted, RanWithFailures
 from llm_bench.cli.options import apply_protocol_flags, log, protocol_options
 from llm_bench.engines.errors import ServerError
 from llm_bench.plan import PlanError, load_plan_file
-from llm_bench.cli.exits import CouldNotRun, Interrupted, RanWithFailures
 from llm_bench.sweep import SweepError, report_sweep, run_sweep, sweep_plan_from_mapping
 
 

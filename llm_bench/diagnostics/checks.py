@@ -10,10 +10,10 @@ from datetime import datetime
 from pathlib import Path
 
 from llm_bench.diagnostics.findings import ERROR, INFO, WARNING, Finding
+from llm_bench.diagnostics.settings import Checks
 from llm_bench.engines.metrics import parse_prometheus
 from llm_bench.gpu import roofline
 from llm_bench.gpu.nvml import Nvml, PcieLink, VramReading, XidEvent
-from llm_bench.diagnostics.settings import Checks
 from llm_bench.results import AliasRecord
 
 # llama.cpp src/llama-model.cpp: LLAMA_LOG_INFO("%s: offloaded %d/%d layers to GPU\n", ...)

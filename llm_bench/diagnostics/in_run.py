@@ -25,10 +25,10 @@ from llm_bench.diagnostics.evidence import detect_fork, router_presets
 from llm_bench.diagnostics.findings import INFO, Finding
 from llm_bench.diagnostics.gpu_errors import GpuErrorWatch, KernelLog, PcieWatch
 from llm_bench.diagnostics.server_log import log_source
+from llm_bench.diagnostics.settings import Checks
 from llm_bench.engines import Engine
 from llm_bench.gpu import roofline
 from llm_bench.gpu.nvml import Nvml
-from llm_bench.diagnostics.settings import Checks
 from llm_bench.results import AliasRecord
 
 Log = Callable[[str], None]

@@ -6,9 +6,8 @@ Prometheus ``/metrics`` counters where the server has them.
 
 from __future__ import annotations
 
-from typing import Any
-
 import uuid
+from typing import Any
 
 import httpx
 

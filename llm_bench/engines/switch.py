@@ -25,10 +25,10 @@ from typing import Literal
 
 import httpx
 
-from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 from llm_bench.engines.client import OpenAIClient, RouterClient
-from llm_bench.support.poll import poll_until
 from llm_bench.engines.errors import ServerError
+from llm_bench.engines.stream import ChatRequest, StreamMeasurement
+from llm_bench.support.poll import poll_until
 
 Log = Callable[[str], None]
 FreeMode = Literal["unload", "service", "none"]

@@ -15,12 +15,13 @@ and stores the span's samples and summary on the record:
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from contextlib import contextmanager
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any
 
 from llm_bench.gpu.nvml import GpuSample, Nvml
@@ -127,7 +128,7 @@ def gpu_energy(series: Sequence[GpuSample]) -> tuple[float | None, str | None]:
         return counters[-1].energy_j - counters[0].energy_j, COUNTER
     powered = [s for s in series if s.power_w is not None]
     if len(powered) >= 2:
-        joules = sum((b.t - a.t) * (a.power_w + b.power_w) / 2 for a, b in zip(powered, powered[1:]))
+        joules = sum((b.t - a.t) * (a.power_w + b.power_w) / 2 for a, b in itertools.pairwise(powered))
         return joules, INTEGRATION
     return None, None
 
@@ -197,11 +198,11 @@ def draw_telemetry_chart(series: Sequence[tuple[str, dict[str, Any]]], path: Pat
             for gpu in gpus:
                 points = [s for s in telemetry["samples"] if s["gpu"] == gpu]
                 label = name if len(gpus) == 1 else f"{name} GPU{gpu}"
-                for ax, (key, _) in zip(axes, PANELS):
+                for ax, (key, _) in zip(axes, PANELS, strict=True):
                     xy = [(s["t"], s[key]) for s in points if key in s]
                     if xy:
                         ax.plot([p[0] for p in xy], [p[1] for p in xy], "-", linewidth=1.2, label=label)
-        for ax, (_, label) in zip(axes, PANELS):
+        for ax, (_, label) in zip(axes, PANELS, strict=True):
             ax.set_ylabel(label)
             ax.spines[["top", "right"]].set_visible(False)
         axes[0].legend(loc="upper left", fontsize=7, ncol=2)

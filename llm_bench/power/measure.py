@@ -8,8 +8,8 @@ from llm_bench.engines import Engine
 from llm_bench.engines.errors import ServerError
 from llm_bench.engines.stream import ChatRequest
 from llm_bench.gpu.nvml import Nvml
-from llm_bench.power.limits import LimitResult, Log, Measure
 from llm_bench.gpu.telemetry import TelemetrySampler, summarise
+from llm_bench.power.limits import LimitResult, Log, Measure
 from llm_bench.results import run_record
 
 

@@ -33,11 +33,11 @@ def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, tit
         bars = ax.barh(positions, values, color=colours, height=0.7)
         verdicts = {} if baseline is None else {
             r.configuration: verdict_of(r, base_for(r, measured, baseline), min_effect).kind for r in measured}
-        for bar, r in zip(bars, measured):  # hatched: not distinguishable from the baseline
+        for bar, r in zip(bars, measured, strict=True):  # hatched: not distinguishable from the baseline
             if verdicts.get(r.configuration) == WITHIN_NOISE:
                 bar.set_hatch("///")
                 bar.set_edgecolor("white")
-        for r, pos in zip(measured, positions):
+        for r, pos in zip(measured, positions, strict=True):
             s = r.record.summary("decode_tps")
             if s is not None and s.max > s.min:
                 ax.errorbar(s.median, pos, xerr=[[s.median - s.min], [s.max - s.median]],
@@ -54,7 +54,7 @@ def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, tit
         for label in ax.get_yticklabels():  # a configuration whose answers differ from the reference's: red
             if label.get_text() in marks:
                 label.set_color("#c53030")
-        for bar, r in zip(bars, measured):
+        for bar, r in zip(bars, measured, strict=True):
             y = bar.get_y() + bar.get_height() / 2
             value = f"{r.decode_tps:.1f} t/s"
             inside = bar.get_width() > top * 0.25
@@ -81,7 +81,7 @@ def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, tit
                     color="#c53030" if r.configuration in marks else "black")
 
         marked = False
-        for r, pos in zip(measured, positions):  # the memory-bandwidth roofline of each configuration
+        for r, pos in zip(measured, positions, strict=True):  # the memory-bandwidth roofline of each configuration
             bound = r.record.roofline_tps
             if not bound:
                 continue

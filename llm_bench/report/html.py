@@ -128,7 +128,7 @@ def table_html(table: Table, table_id: str) -> str:
     body = []
     for cells in table.rows:
         tds = []
-        for name, cell in zip(table.columns, cells):
+        for name, cell in zip(table.columns, cells, strict=True):
             classes, text, title = [], cell.text, ""
             if name == "Notes":
                 classes.append("notes")

@@ -77,7 +77,7 @@ def draw_soak_chart(result: SoakResult, path: Path, title: str | None = None) ->
     metrics = [("decode_tps", "decode t/s"), ("ttft_ms", "TTFT ms"), ("vram_mib", "VRAM MiB (all GPUs)")]
     with figure(path, dpi=110, nrows=len(metrics), ncols=1, figsize=(9, 7), sharex=True) as (fig, axes):
         trends = {t.metric: t for t in result.trends}
-        for ax, (metric, label) in zip(axes, metrics):
+        for ax, (metric, label) in zip(axes, metrics, strict=True):
             pts = [(r.t_s, getattr(r, metric)) for r in result.requests if getattr(r, metric) is not None]
             bad = [r.t_s for r in result.requests if not r.ok]
             if pts:

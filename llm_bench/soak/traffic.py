@@ -23,20 +23,19 @@ from typing import Any
 from llm_bench.diagnostics.checks import check_xid, check_xid_events
 from llm_bench.diagnostics.gpu_errors import GpuErrorWatch
 from llm_bench.diagnostics.restarts import Restart, RestartWatch
+from llm_bench.engines import Engine
+from llm_bench.engines.errors import RequestRefused, RequestTimeout, ServerError, ServerUnreachable, StreamBroken
+from llm_bench.engines.stream import ChatRequest
+from llm_bench.gpu.nvml import Nvml
+from llm_bench.prompts import shipped_prompt
+from llm_bench.results import Tail, run_record, tail_of
 from llm_bench.soak.requests import (
     SPECIAL_KINDS,
     Capabilities,
     capabilities,
     send,
 )
-from llm_bench.engines import Engine
-from llm_bench.engines.errors import RequestRefused, RequestTimeout, ServerError, ServerUnreachable, StreamBroken
-from llm_bench.engines.stream import ChatRequest
-from llm_bench.gpu.nvml import Nvml
-from llm_bench.prompts import shipped_prompt
-from llm_bench.results import Tail, tail_of
 from llm_bench.support.fanout import fan_out
-from llm_bench.results import run_record
 from llm_bench.workloads.common import long_prompt
 
 Log = Callable[[str], None]

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from llm_bench.plan import DEFAULT_URL, PlanError, Protocol, load_plan_file, protocol_from_mapping
-from llm_bench.validation import check_fields, check_keys
 from llm_bench.tune.grid import Axis, Candidate, GridError, Value, expand, parse_axis
+from llm_bench.validation import check_fields, check_keys
 
 
 @dataclass(frozen=True)

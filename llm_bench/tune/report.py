@@ -121,7 +121,7 @@ def draw_pareto(outcome: Outcome, path: Path) -> Path:
     points = [(1.0 if e.control else e.quality.identical_share, e.speed() or 0.0) for e in chosen]  # type: ignore[union-attr]
     front = pareto_front(points)
     with figure(path, dpi=150, figsize=(8, 5.5)) as (_fig, ax):
-        for e, (x, y) in zip(chosen, points):
+        for e, (x, y) in zip(chosen, points, strict=True):
             colour = "#c53030" if e.rejected else "#718096" if e.control else "#2b6cb0"
             ax.scatter([x], [y], color=colour, s=60, zorder=3)
             ax.annotate(e.name, (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)

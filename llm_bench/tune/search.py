@@ -34,6 +34,7 @@ from llm_bench.engines.errors import ServerError, ServerUnreachable
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.gpu.telemetry import sampling
 from llm_bench.plan import Protocol
+from llm_bench.provenance import provenance, server_build
 from llm_bench.report.verdict import FASTER, SLOWER, Verdict, verdict
 from llm_bench.results import (
     FORMAT,
@@ -45,13 +46,12 @@ from llm_bench.results import (
     results_stem,
     spec_from_runs,
 )
-from llm_bench.provenance import provenance, server_build
 from llm_bench.runner import RunAborted, measure_alias
 from llm_bench.tune.grid import Candidate
 from llm_bench.tune.plan import TunePlan
-from llm_bench.workloads.quality.score import Agreement, accuracy, agreement, recall_share
 from llm_bench.tune.serve import Served, load_errors
 from llm_bench.workloads.quality import QUALITY
+from llm_bench.workloads.quality.score import Agreement, accuracy, agreement, recall_share
 from llm_bench.workloads.standard import STANDARD
 
 Log = Callable[[str], None]

@@ -7,16 +7,16 @@ import copy
 import uuid
 from dataclasses import replace
 
+from llm_bench.diagnostics.checks import check_acceptance_trap
 from llm_bench.engines import Engine
 from llm_bench.engines.errors import ServerError
 from llm_bench.engines.metrics import SpecCounters
-from llm_bench.diagnostics.checks import check_acceptance_trap
 from llm_bench.engines.stream import ChatRequest
 from llm_bench.gpu.telemetry import recording
 from llm_bench.prompts import shipped_prompt
 from llm_bench.results import AliasRecord, RunRecord, run_record, spec_from_runs
-from llm_bench.support.stats import relative_precision
 from llm_bench.support import numbers
+from llm_bench.support.stats import relative_precision
 from llm_bench.workloads.base import Log, RunParameters
 
 

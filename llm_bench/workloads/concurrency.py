@@ -7,10 +7,10 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from llm_bench.diagnostics.checks import check_acceptance_trap
 from llm_bench.engines import Engine
 from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 from llm_bench.gpu.telemetry import recording
-from llm_bench.diagnostics.checks import check_acceptance_trap
 from llm_bench.results import AliasRecord, run_record
 from llm_bench.support.fanout import fan_out
 from llm_bench.support.numbers import fmt as figure
@@ -108,7 +108,7 @@ def concurrency_tables(rows: Sequence[Row], _baseline: Row | None = None) -> lis
         digits = [1, 1, 0]
         lines.append([Cell(row.configuration, {"configuration": row.configuration}),
                       Cell(str(r.concurrency), {"concurrency": r.concurrency})]
-                     + [Cell(figure(v, d), {k: v}) for v, k, d in zip(values, keys, digits)]
+                     + [Cell(figure(v, d), {k: v}) for v, k, d in zip(values, keys, digits, strict=True)]
                      + [_tail_cell(r, "ttft_ms", 90), _tail_cell(r, "ttft_ms", 99)]
                      + [acceptance_cell(r), Cell(notes_of(r), {"errors": list(r.errors)})])
     return [Table("Concurrency", "concurrency", header, lines)]

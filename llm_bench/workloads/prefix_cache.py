@@ -6,12 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from llm_bench.engines import Engine
-from llm_bench.results import AliasRecord
+from llm_bench.results import AliasRecord, run_record
 from llm_bench.support.numbers import fmt as figure
 from llm_bench.tables import Cell, Row, Table, notes_of
 from llm_bench.validation import check_fields
 from llm_bench.workloads.base import Flag, Log, RunParameters, Workload
-from llm_bench.results import run_record
 from llm_bench.workloads.common import chat_request, derive, fmt, long_prompt
 
 

@@ -102,7 +102,7 @@ class Agreement:
 
 def _common_prefix(a: Sequence, b: Sequence) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):  # the common prefix of two answers of any lengths
         if x != y:
             break
         n += 1
