@@ -7,6 +7,7 @@ TOML has no null: a figure that does not exist is left out, never written as 0.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import statistics
@@ -219,7 +220,7 @@ class AliasRecord:
         fields = {k: v for k, v in data.items()
                   if k in cls.__dataclass_fields__ and k not in ("runs", "spec", *QUALITY_LISTS)}
         for name, kind in QUALITY_LISTS.items():
-            known = kind.__dataclass_fields__
+            known = {f.name for f in dataclasses.fields(kind)}
             fields[name] = [kind(**{k: v for k, v in item.items() if k in known}) for item in data.get(name, [])]
         if fields.get("workload") == LEGACY_STANDARD:
             fields["workload"] = "standard"

@@ -22,6 +22,7 @@ from typing import Any
 from llm_bench.engines import DEFAULT_ENGINE, ENGINES, capabilities_of
 from llm_bench.engines.switch import (
     EngineSide,
+    FreeMode,
     RouterSide,
     SwitchError,
     bring_up,
@@ -76,7 +77,7 @@ class Target:
     down_command: str | None = None
     workdir: Path | None = None
     model: str | None = None
-    router_mode: str = "unload"
+    router_mode: FreeMode = "unload"
     api_key: ApiKeySource = ApiKeySource()
     ready_timeout_s: float = 1800.0
 
@@ -252,17 +253,18 @@ def _measure_beside(plan: SweepPlan, target: Target, done: set[tuple[str, str]],
     if target.model and (target.name, target.model) in done:
         log(f"target {target.name}: already measured, skipping")
         return None
-    api_key = target.api_key.read()
-    engine = EngineSide(url=target.url, up_command=target.up_command, down_command=target.down_command,
-                        model=target.model, workdir=target.workdir, api_key=api_key, name=target.name,
-                        ready_timeout_s=target.ready_timeout_s)
+    url, up, down = target.url, target.up_command, target.down_command
+    if not (url and up and down):  # a plan without them is refused when it is read
+        raise PlanError(f"target {target.name!r} (engine {target.engine}) needs url, up_command and down_command")
+    engine = EngineSide(url=url, up_command=up, down_command=down, model=target.model, workdir=target.workdir,
+                        api_key=target.api_key.read(), name=target.name, ready_timeout_s=target.ready_timeout_s)
     router = RouterSide(url=plan.url, mode=target.router_mode, api_key=plan.api_key.read())
     try:
         started = bring_up(engine, router, log)
     except SwitchError as e:
         raise SweepError(str(e)) from e
     try:
-        run = Plan(url=target.url, aliases=(started.model,), label=target.name, output_dir=plan.output_dir,
+        run = Plan(url=url, aliases=(started.model,), label=target.name, output_dir=plan.output_dir,
                    protocol=replace(plan.protocol, unload_after=False), engine=target.engine, api_key=target.api_key)
         return run_plan(run, log, target=target.name).path
     finally:

@@ -7,6 +7,7 @@ the same as in a plan file; defaults shown in help texts come from the code's ow
 
 from __future__ import annotations
 
+import types
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -167,7 +168,8 @@ def _items(flag: Flag, value: Any) -> Any:
     try:
         return tuple(flag.item(item) for item in value)
     except ValueError as e:
-        raise FieldError(flag.name, f"takes {describe(tuple[flag.item, ...])}, e.g. {flag.example} ({e})") from e
+        listed = types.GenericAlias(tuple, (flag.item, ...))
+        raise FieldError(flag.name, f"takes {describe(listed)}, e.g. {flag.example} ({e})") from e
 
 
 def open_server(url: str | None, engine: str | None, api_key_file: Path | None, api_key_env: str | None,

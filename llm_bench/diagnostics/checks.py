@@ -4,7 +4,7 @@ a measured record) to findings. Gathering the evidence is ``doctor.py``'s and ``
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -67,7 +67,7 @@ def check_offload(log_text: str, gpu_count: int, source: str = "the server log")
     saw_load = False
     for alias, lines in instance_lines(log_text).items():
         who = f"{alias}: " if alias else ""
-        offloads = [(line, OFFLOADED.search(line)) for line in lines if OFFLOADED.search(line)]
+        offloads = [(line, found) for line in lines if (found := OFFLOADED.search(line))]
         saw_load = saw_load or any(MODEL_LOADING.search(line) for line in lines) or bool(offloads)
         if offloads:
             line, m = offloads[-1]
@@ -159,7 +159,7 @@ def check_power_floor(nvml: Nvml, floor_w: float | None) -> list[Finding]:
 def check_roofline(record: AliasRecord, min_fraction: float = Checks.roofline_min) -> list[Finding]:
     s = record.summary("decode_tps")
     frac = roofline.fraction(s.median if s else None, record.roofline_tps)
-    if frac is None or frac >= min_fraction:
+    if s is None or frac is None or frac >= min_fraction or not record.roofline_tps or not record.model_bytes:
         return []
     return [Finding(
         "roofline", WARNING,
@@ -332,7 +332,7 @@ def check_acceptance_log(log_text: str, source: str = "the server log") -> list[
         "made for this model, or turn speculative decoding off")]
 
 
-def check_prefix_caching(config: ServerConfig, preset_args: dict[str, Sequence[str]] | None = None) -> list[Finding]:
+def check_prefix_caching(config: ServerConfig, preset_args: Mapping[str, Sequence[str]] | None = None) -> list[Finding]:
     """Prefix caching off: every repeated prompt (the runs of one alias, the prefix-cache workload, a chat
     with a growing history) is prefilled from scratch."""
     fix_vllm = ("remove --no-enable-prefix-caching (vLLM >= 0.6 caches prefixes by default; HyperQwen: "
@@ -513,7 +513,7 @@ def is_control(args: Sequence[str]) -> bool:
     return not any(a == flag or (flag.endswith("-") and a.startswith(flag)) for a in args for flag in SPECULATIVE_ARGS)
 
 
-def check_fork_control(fork: str | None, preset_args: dict[str, Sequence[str]]) -> list[Finding]:
+def check_fork_control(fork: str | None, preset_args: Mapping[str, Sequence[str]]) -> list[Finding]:
     if fork is None:
         return []
     return [Finding(

@@ -4,7 +4,7 @@ the NixOS marker, the llamAmpere fork, and the config files a container engine w
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from llm_bench.diagnostics.checks import fork_build
@@ -31,7 +31,7 @@ def read_marker(path: Path = MARKER) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def detect_fork(engine: Engine, presets: dict[str, Sequence[str]], named: str | None = None,
+def detect_fork(engine: Engine, presets: Mapping[str, Sequence[str]], named: str | None = None,
                 marker: Path = MARKER) -> str | None:
     """Where the llamAmpere fork shows: --build, the marker, /props build_info, or a preset's binary path."""
     try:

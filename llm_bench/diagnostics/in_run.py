@@ -97,7 +97,7 @@ class InRunChecks:
         """``caching``: the records of workloads that measure the server's prompt cache."""
         findings: list[Finding] = self.carried + check_power_floor(self.nvml, self.floor_w) + self._gpu_findings()
         text = self._read()
-        if text is not None:
+        if text is not None and self.source is not None:
             since = text[self._mark:] if len(text) >= self._mark else text  # a rotated log starts over
             where = f"the server log ({self.source.describe()})"
             findings += [f for f in check_offload(since, self.nvml.count(), where) if f.severity != INFO]

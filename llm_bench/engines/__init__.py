@@ -13,7 +13,8 @@ from llm_bench.engines.errors import UnknownAlias
 from llm_bench.engines.llama_cpp import LlamaCppEngine
 from llm_bench.engines.openai import OpenAIEngine
 
-KINDS = {LlamaCppEngine.kind: LlamaCppEngine, OpenAIEngine.kind: OpenAIEngine}
+KINDS: dict[str, type[LlamaCppEngine] | type[OpenAIEngine]] = {LlamaCppEngine.kind: LlamaCppEngine,
+                                                               OpenAIEngine.kind: OpenAIEngine}
 ENGINES = tuple(KINDS)
 DEFAULT_ENGINE = LlamaCppEngine.kind
 

@@ -10,7 +10,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -107,7 +107,7 @@ class OpenAIClient:
     def close(self) -> None:
         self.http.close()
 
-    def __enter__(self) -> OpenAIClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -123,12 +123,12 @@ def _by_gpu(samples: Sequence[GpuSample]) -> dict[int, list[GpuSample]]:
 
 def gpu_energy(series: Sequence[GpuSample]) -> tuple[float | None, str | None]:
     """Joules one GPU used over the series: counter delta, else the integral of power."""
-    counters = [s for s in series if s.energy_j is not None]
+    counters = [s.energy_j for s in series if s.energy_j is not None]
     if len(counters) >= 2 and len(counters) == len(series):
-        return counters[-1].energy_j - counters[0].energy_j, COUNTER
-    powered = [s for s in series if s.power_w is not None]
+        return counters[-1] - counters[0], COUNTER
+    powered = [(s.t, s.power_w) for s in series if s.power_w is not None]
     if len(powered) >= 2:
-        joules = sum((b.t - a.t) * (a.power_w + b.power_w) / 2 for a, b in itertools.pairwise(powered))
+        joules = sum((tb - ta) * (pa + pb) / 2 for (ta, pa), (tb, pb) in itertools.pairwise(powered))
         return joules, INTEGRATION
     return None, None
 
@@ -162,12 +162,12 @@ def summarise(samples: Sequence[GpuSample], output_tokens: int, t0: float,
     summary["mean_mem_clock_mhz"] = column("mem_clock_mhz", _mean)
 
     energies = [gpu_energy(per_gpu[i]) for i in gpus]
-    if energies and all(j is not None for j, _ in energies):
-        total = sum(j for j, _ in energies)
-        sources = sorted({src for _, src in energies})
+    measured = [(j, src) for j, src in energies if j is not None and src is not None]
+    if energies and len(measured) == len(energies):
+        total = sum(j for j, _ in measured)
         summary["energy_j"] = total
-        summary["energy_source"] = " + ".join(sources)
-        summary["energy_source_per_gpu"] = [src for _, src in energies]
+        summary["energy_source"] = " + ".join(sorted({src for _, src in measured}))
+        summary["energy_source_per_gpu"] = [src for _, src in measured]
         summary["output_tokens"] = output_tokens
         if output_tokens and total > 0:
             summary["joules_per_token"] = total / output_tokens

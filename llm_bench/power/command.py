@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from llm_bench.engines import Engine, select_models
 from llm_bench.engines.stream import ChatRequest
@@ -69,7 +70,8 @@ def run_power(server: Engine, nvml: Nvml, settings: PowerSettings, output_dir: P
     results = limits.sweep(nvml, chosen, settings.limits_w, measurer(server, request, settings.runs, nvml, log), log,
                            settle_s=settings.settle_s)
     path = reserve_path(output_dir, results_stem(datetime.now(timezone.utc), f"power-{model}"))
-    data = {"meta": {k: v for k, v in meta.items() if v is not None}, "limits": [r.to_toml() for r in results]}
+    data: dict[str, Any] = {"meta": {k: v for k, v in meta.items() if v is not None},
+                            "limits": [r.to_toml() for r in results]}
     write_toml(path, data)
     log(f"Results written to {path}")
     if chart is not None:

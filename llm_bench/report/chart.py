@@ -22,13 +22,13 @@ def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, tit
                min_effect: float | None = None) -> Path:
     check_chart_path(path)
     measured = [r for r in sort_fastest_first(speed_rows(rows)) if r.decode_tps is not None]
+    values = [r.decode_tps or 0.0 for r in measured]  # every one is measured
     if not measured:
         raise ChartError("no configuration has a decode rate to draw; every alias failed")
 
     height = max(2.5, 0.55 * len(measured) + 1.4)
     with figure(path, dpi=150, figsize=(10, height)) as (fig, ax):
         positions = list(range(len(measured)))[::-1]  # fastest at the top
-        values = [r.decode_tps for r in measured]
         colours = ["#2b6cb0" if r.record.comparable and not r.record.errors else "#a0aec0" for r in measured]
         bars = ax.barh(positions, values, color=colours, height=0.7)
         verdicts = {} if baseline is None else {
@@ -56,7 +56,7 @@ def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, tit
                 label.set_color("#c53030")
         for bar, r in zip(bars, measured, strict=True):
             y = bar.get_y() + bar.get_height() / 2
-            value = f"{r.decode_tps:.1f} t/s"
+            value = f"{r.decode_tps or 0.0:.1f} t/s"
             inside = bar.get_width() > top * 0.25
             if inside:  # the figure inside the bar, the comparison beyond the whisker
                 ax.text(bar.get_width() - top * 0.01, y, value, va="center", ha="right", fontsize=9,

@@ -7,8 +7,9 @@ exports all render this one declaration, so they cannot disagree about a figure.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from llm_bench.preset_args import kv_types, speculation
 from llm_bench.report.rows import (
@@ -84,7 +85,8 @@ def verdict_text(v: Verdict | None) -> str:
 
 def _verdict(row: Row, ctx: Context) -> Cell:
     v = ctx.verdicts.get(row.configuration)
-    values = {"verdict": None, "ratio": None, "ratio_low": None, "ratio_high": None, "confidence": None}
+    values: dict[str, Any] = {"verdict": None, "ratio": None, "ratio_low": None, "ratio_high": None,
+                              "confidence": None}
     if v is not None:
         values = {"verdict": v.kind, "ratio": v.ratio, "ratio_low": v.low, "ratio_high": v.high,
                   "confidence": v.confidence}
@@ -171,15 +173,17 @@ def telemetry_table(rows: Sequence[Row]) -> Table | None:
     if not chosen:
         return None
     header = ["Configuration", "Peak VRAM MiB", "Mean power W", "Max temp C", "J/token", "Tokens/J", "Energy from"]
-    fields = [("peak_vram_mib", max, 0), ("mean_power_w", sum, 1), ("max_temperature_c", max, 0),
-              ("joules_per_token", None, 3), ("tokens_per_joule", None, 3)]
+    # one figure per GPU becomes the peak, or the sum of power over GPUs
+    fields: list[tuple[str, Callable[[list[float]], float] | None, int]] = [
+        ("peak_vram_mib", max, 0), ("mean_power_w", sum, 1), ("max_temperature_c", max, 0),
+        ("joules_per_token", None, 3), ("tokens_per_joule", None, 3)]
     lines = []
     for row in chosen:
         t = row.record.telemetry or {}
         cells = [Cell(row.configuration, {"configuration": row.configuration})]
         for key, reduce, digits in fields:
             value = t.get(key)
-            if isinstance(value, list):  # one figure per GPU: the peak, or the sum of power over GPUs
+            if isinstance(value, list):
                 value = reduce(value) if value and reduce else None
             cells.append(Cell(fmt(value, digits), {key: value}))
         cells.append(Cell(str(t.get("energy_source", "-")), {"energy_source": t.get("energy_source")}))

@@ -26,15 +26,25 @@ Log = Callable[[str], None]
 class RunParameters(typing.Protocol):
     """What a workload reads of the plan's protocol (``llm_bench.plan.Protocol``)."""
 
-    prompt: str
-    max_tokens: int
-    runs: int
-    temperature: float
-    seed: int
-    prompt_cache: bool
-    precision: float | None
-    max_runs: int
-    settings: Mapping[str, Any]  # workload name -> its settings
+    @property
+    def prompt(self) -> str: ...
+    @property
+    def max_tokens(self) -> int: ...
+    @property
+    def runs(self) -> int: ...
+    @property
+    def temperature(self) -> float: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def prompt_cache(self) -> bool: ...
+    @property
+    def precision(self) -> float | None: ...
+    @property
+    def max_runs(self) -> int: ...
+    @property
+    def settings(self) -> Mapping[str, Any]:  # workload name -> its settings
+        ...
 
 
 # (engine, alias, protocol, the alias's base record, log) -> finished records sharing the base's provenance

@@ -23,7 +23,7 @@ class CategoriesSettings:
 
 
 def categories(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log) -> list[AliasRecord]:
-    records = []
+    records: list[AliasRecord] = []
     for category in CATEGORIES.settings_in(protocol).names:
         if category not in PROMPT_CATEGORIES:
             raise ValueError(f"unknown prompt category {category!r}; choose from {', '.join(PROMPT_CATEGORIES)}")
