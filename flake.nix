@@ -155,10 +155,13 @@
               tomli-w
               matplotlib
               gguf
+              pydantic
               pytest
               pyyaml
+              mypy
             ]
           ))
+          pkgs.ruff
           pkgs.nix
           pkgs.nixfmt
         ];
