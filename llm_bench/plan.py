@@ -100,7 +100,8 @@ class Protocol:
                 return getattr(self.settings[w.name], w.legacy[name])
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    def with_settings(self, w: Workload[S], spelled: Mapping[str, str] | None = None, **changes: Any) -> Protocol:
+    def with_settings(self, w: Workload[S], changes: Mapping[str, Any], spelled: Mapping[str, str] | None = None
+                      ) -> Protocol:
         """This protocol with some of a workload's settings changed (``spelled``: how the user named them)."""
         return replace(self, settings={**self.settings, w.name: w.configure(self.settings[w.name], changes, spelled)})
 
@@ -203,7 +204,7 @@ def protocol_from_mapping(data: Mapping[str, Any], base: Protocol = Protocol(), 
         inner = f"{where[:-1]}.{name}]" if where.endswith("]") else f"{where} [{name}]"
         check_keys(inner, table, {f.name for f in fields(w.settings)})
         try:
-            protocol = protocol.with_settings(w, **table)
+            protocol = protocol.with_settings(w, table)
         except PlanError as e:
             raise PlanError(f"{inner}: {e}") from e
     if prompt_file:

@@ -157,7 +157,7 @@ def apply_protocol_flags(protocol: Protocol, flags: dict[str, Any]) -> Protocol:
         for flag in w.flags:
             value = flags.get(flag_dest(w, flag))
             if value is not None and value != ():
-                protocol = protocol.with_settings(w, {flag.setting: flag.name}, **{flag.setting: _items(flag, value)})
+                protocol = protocol.with_settings(w, {flag.setting: _items(flag, value)}, {flag.setting: flag.name})
     return protocol
 
 
