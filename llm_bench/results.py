@@ -26,7 +26,8 @@ from llm_bench.engines.metrics import SpecCounters
 from llm_bench.engines.stream import StreamMeasurement
 
 FORMAT = "llm-bench/1"
-# Files written before the default workload was named "standard" call it "protocol".
+# The workload of the reference protocol's records; files written before it was named so call it "protocol".
+STANDARD = "standard"
 LEGACY_STANDARD = "protocol"
 
 
@@ -117,7 +118,7 @@ class AliasRecord:
     alias: str
     target: str = ""
     engine: str = "llama-cpp"
-    workload: str = "standard"
+    workload: str = STANDARD
     category: str | None = None
     concurrency: int | None = None
     decode_source: str = "server timings"
@@ -156,11 +157,13 @@ class AliasRecord:
 
     @property
     def configuration(self) -> str:
+        """The alias, and what sets this record apart from the alias's standard one: its prompt category,
+        its concurrency level, or else any other workload's name."""
         if self.category:
             return f"{self.alias} [{self.category}]"
         if self.concurrency is not None:
             return f"{self.alias} [x{self.concurrency}]"
-        if self.workload in ("prefix-cache", "quality"):
+        if self.workload != STANDARD:
             return f"{self.alias} [{self.workload}]"
         return self.alias
 
@@ -223,7 +226,7 @@ class AliasRecord:
             known = {f.name for f in dataclasses.fields(kind)}
             fields[name] = [kind(**{k: v for k, v in item.items() if k in known}) for item in data.get(name, [])]
         if fields.get("workload") == LEGACY_STANDARD:
-            fields["workload"] = "standard"
+            fields["workload"] = STANDARD
         run_names = RunRecord.__dataclass_fields__
         runs = [RunRecord(**{k: v for k, v in r.items() if k in run_names}) for r in data.get("runs", [])]
         spec = None

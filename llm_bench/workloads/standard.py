@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from llm_bench.engines import Engine
+from llm_bench.results import STANDARD as STANDARD_RECORDS
 from llm_bench.results import AliasRecord
 from llm_bench.workloads.base import Log, NoSettings, RunParameters, Workload
 from llm_bench.workloads.common import chat_request, derive, measured_runs
@@ -15,4 +16,4 @@ def standard(engine: Engine, alias: str, protocol: RunParameters, base: AliasRec
     return [record]
 
 
-STANDARD: Workload[NoSettings] = Workload("standard", NoSettings, standard, speed=True)
+STANDARD: Workload[NoSettings] = Workload("standard", NoSettings, standard, record=STANDARD_RECORDS, speed=True)
