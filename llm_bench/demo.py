@@ -10,11 +10,12 @@ Markdown table, the chart and the HTML report in one folder. The tiny random-wei
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from llm_bench.report.chart import draw_chart
-from llm_bench.plan import Plan, Protocol
+from llm_bench.report.depth import depth_chart_path, depth_rows, draw_depth_chart
+from llm_bench.plan import DepthSettings, Plan, Protocol, SessionSettings
 from llm_bench.runner import run_plan
 from llm_bench.report import find_baseline, load_sets, markdown_table, rows_of, summary
 from llm_bench.report.html import write_html
@@ -38,6 +39,8 @@ class DemoOutput:
     table: Path
     chart: Path
     html: Path
+    agent_results: Path | None = None  # the depth and session workloads on AGENT_PRESETS
+    depth_chart: Path | None = None
 
 
 def demo_presets(target: Path, draft: Path) -> dict[str, dict[str, str | int | float | bool]]:
@@ -95,9 +98,13 @@ def write_smollm2_bed(folder: Path, model: Path, presets: tuple[str, ...] | None
     return ini
 
 
-# Sized for 2 cores: a few minutes for every preset after the one-time build and download.
+# Sized for 2 cores: a few minutes for every preset after the one-time build and download. The depth and
+# session workloads run on two presets only (AGENT_PRESETS), with depths and a session that fit n_ctx 4096.
 DEMO_PROTOCOL = Protocol(max_tokens=128, runs=2, workloads=("standard", "quality"), quality_max_tokens=64,
-                         recall_lengths=(1536, 2560), recall_depths=(0.1, 0.5))
+                         recall_lengths=(1536, 2560), recall_depths=(0.1, 0.5),
+                         depth=DepthSettings(depths=(0, 1024, 3072)), session=SessionSettings(max_tokens=32))
+AGENT_PRESETS = (SMOL_BASELINE, "smol-kv-q8")
+AGENT_WORKLOADS = ("depth", "session")
 
 
 def run_demo(folder: Path, protocol: Protocol, log: Callable[[str], None],
@@ -111,11 +118,17 @@ def run_demo(folder: Path, protocol: Protocol, log: Callable[[str], None],
     model = ensure_smollm2(log)
     ini = write_smollm2_bed(folder, model, presets)
     log(f"presets: {ini}")
+    agents = tuple(p for p in AGENT_PRESETS if presets is None or p in presets)
     with running_router(binary, ini, log_path=folder / "llama-server.log") as router:
         log(f"router listening on {router.url} (log: {folder / 'llama-server.log'})")
         plan = Plan(url=router.url, label="demo-cpu", output_dir=folder, protocol=protocol)
         writer = run_plan(plan, log)
-    sets = load_sets([writer.path])
+        agent_writer = None
+        if agents:
+            log(f"speed at context depth and a replayed agent session: {', '.join(agents)}")
+            agent_writer = run_plan(replace(plan, aliases=agents, protocol=replace(protocol, workloads=AGENT_WORKLOADS)),
+                                    log)
+    sets = load_sets([writer.path] + ([agent_writer.path] if agent_writer else []))
     rows = rows_of(sets)
     baseline = find_baseline(rows, SMOL_BASELINE)
     table = folder / "report.md"
@@ -123,4 +136,5 @@ def run_demo(folder: Path, protocol: Protocol, log: Callable[[str], None],
     title = "llm-bench demo: SmolLM2-135M on 2 CPU cores (decode t/s, faster is better)"
     chart = draw_chart(rows, folder / "chart.png", baseline, title=title)
     html = write_html(folder / "report.html", sets, SMOL_BASELINE, title=title, rows=rows)
-    return DemoOutput(writer.path, table, chart, html)
+    depth_chart = draw_depth_chart(rows, depth_chart_path(chart)) if depth_rows(rows) else None
+    return DemoOutput(writer.path, table, chart, html, agent_writer.path if agent_writer else None, depth_chart)

@@ -19,7 +19,7 @@ from llm_bench.engines import ENGINES
 
 DEFAULT_PROMPT = "code"
 DEFAULT_URL = "http://127.0.0.1:48123"
-WORKLOADS = ("standard", "categories", "concurrency", "prefix-cache", "quality")
+WORKLOADS = ("standard", "categories", "concurrency", "prefix-cache", "depth", "session", "quality")
 # Plans and flags written before the default workload was named "standard" call it "protocol".
 LEGACY_WORKLOADS = {"protocol": "standard"}
 
@@ -148,6 +148,38 @@ def shipped_prompt(name: str) -> str:
     return path.read_text()
 
 
+# --- The depth and session workloads' settings: [protocol.depth] and [protocol.session] in a plan
+# (they belong to llm_bench.workloads.depth and .session; here because the protocol holds them). ---
+
+@dataclass(frozen=True)
+class DepthSettings:
+    # Tokens of filler before the question; a depth beyond the model's context is skipped with the reason.
+    depths: tuple[int, ...] = field(default=(0, 4096, 16384, 32768), metadata={"min": 0})
+    chars_per_token: float = field(default=4.0, metadata={"above": 0.0})  # a first guess; measured per alias
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if not self.depths:
+            raise PlanError("depths must list at least one depth (tokens of filler), e.g. [0, 4096]")
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    # A JSON file of OpenAI messages (or {"messages": [...], "tools": [...]}); default: the shipped session.
+    session_file: Path | None = None
+    max_tokens: int = field(default=128, metadata={"min": 1})  # per turn; each turn ends where the model ends it
+    # Replay turns while the context stays within this many tokens (and the model's context); None: the model's.
+    max_context: int | None = field(default=None, metadata={"min": 1})
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+SETTINGS_TABLES = {"depth": DepthSettings, "session": SessionSettings}
+
+# --- end of the depth and session settings ---
+
+
 @dataclass(frozen=True)
 class Protocol:
     prompt_name: str = DEFAULT_PROMPT
@@ -182,6 +214,11 @@ class Protocol:
     # decode rate, relative to the median, is within it, or ``max_runs`` is reached.
     precision: float | None = field(default=None, metadata={"above": 0.0, "max": 0.5})
     max_runs: int = field(default=10, metadata={"min": 6})  # 6: the fewest runs with a 95 % median interval
+    # Thinking models: "off" asks every request not to think (chat_template_kwargs.enable_thinking = false),
+    # "on" to think, "server" leaves it to the server and its chat template.
+    thinking: Literal["off", "on", "server"] = "off"  # engines.stream.THINKING
+    depth: DepthSettings = DepthSettings()
+    session: SessionSettings = SessionSettings()
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -201,8 +238,17 @@ class Protocol:
     def to_toml(self) -> dict[str, Any]:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values["prompt_chars"] = len(values.pop("prompt"))
+        for name in SETTINGS_TABLES:
+            values[name] = {k: str(v) if isinstance(v, Path) else v
+                            for k, v in ((f.name, getattr(values[name], f.name)) for f in fields(values[name]))}
         # TOML has no null: a setting that is off (precision) is left out.
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items() if v is not None}
+        return {k: _toml_value(v) for k, v in values.items() if v is not None}
+
+
+def _toml_value(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _toml_value(v) for k, v in value.items() if v is not None}
+    return list(value) if isinstance(value, tuple) else value
 
 
 def read_key_file(path: Path) -> str:
@@ -299,6 +345,10 @@ def protocol_from_mapping(data: dict[str, Any], base: Protocol = Protocol(), whe
     data = dict(data)
     prompt_file = data.pop("prompt_file", None)
     _check_keys(where, data, PROTOCOL_KEYS)
+    for name, kind in SETTINGS_TABLES.items():
+        if name in data:
+            data[name] = _settings_table(kind, data[name], getattr(base, name), f"{where.removesuffix(']')}.{name}]"
+                                         if where.startswith("[") else f"{where} ({name})", relative_to)
     try:
         protocol = replace(base, **data)
     except (TypeError, PlanError) as e:
@@ -312,6 +362,22 @@ def protocol_from_mapping(data: dict[str, Any], base: Protocol = Protocol(), whe
         except OSError as e:
             raise PlanError(f"{where}: cannot read prompt_file {path}: {e}") from e
     return protocol
+
+
+def _settings_table(kind: type, given: Any, base: Any, where: str, relative_to: Path | None) -> Any:
+    """A [protocol.<workload>] table over the base's settings; a path in it is relative to the plan's folder."""
+    if isinstance(given, kind):
+        return given
+    if not isinstance(given, dict):
+        raise PlanError(f"{where} must be a table of settings, not {given!r}")
+    _check_keys(where, given, {f.name for f in fields(kind)})
+    try:
+        settings = replace(base, **given)
+    except (TypeError, PlanError) as e:
+        raise PlanError(f"{where}: {e}") from e
+    updates = {f.name: _relative(getattr(settings, f.name), relative_to) for f in fields(kind)
+               if isinstance(getattr(settings, f.name), Path) and f.name in given}
+    return replace(settings, **updates) if updates else settings
 
 
 def load_plan_file(path: Path) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from llm_bench.plan import Plan, Protocol
 from llm_bench.results import FORMAT, AliasRecord, ResultSet, ResultsWriter, results_stem
 from llm_bench.gpu.telemetry import sampling
 from llm_bench.support.progress import progress
-from llm_bench.workloads import RUNNERS
+from llm_bench.workloads import PREFLIGHT, RUNNERS
 from llm_bench.workloads.common import WorkloadInterrupted, chat_request, derive
 
 Log = Callable[[str], None]
@@ -63,7 +63,8 @@ def check_vram(record: AliasRecord, reading: VramReading, protocol: Protocol) ->
 def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Log,
                   target: str = "") -> list[AliasRecord]:
     """Every workload of the protocol for one alias; a failure ends the alias, not the run."""
-    base = AliasRecord(alias=alias, target=target, engine=engine.kind, decode_source=engine.decode_source)
+    base = AliasRecord(alias=alias, target=target, engine=engine.kind, decode_source=engine.decode_source,
+                       thinking=None if protocol.thinking == "off" else protocol.thinking)
     records: list[AliasRecord] = []
     workload = "standard"
     try:
@@ -161,6 +162,9 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
              skip: Callable[[str], bool] = lambda alias: False) -> ResultsWriter:
     """Measure every alias of the plan; the results file is on disk from the first moment."""
     protocol = plan.protocol.with_prompt()
+    for workload in protocol.workloads:
+        if workload in PREFLIGHT:
+            PREFLIGHT[workload](protocol)
     started_at = datetime.now(timezone.utc)
     engine = open_engine(plan.engine, plan.url, timeout=protocol.request_timeout_s,
                          api_key=plan.api_key.read(), metrics_url=plan.metrics_url,

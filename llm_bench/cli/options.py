@@ -111,6 +111,14 @@ def protocol_options(f):
         click.option("--prefix-tokens", "prefix_prompt_tokens", type=int,
                      help=f"Approximate prompt tokens for the prefix-cache workload "
                           f"(default {default_of('prefix_prompt_tokens')})."),
+        click.option("--thinking", type=click.Choice(["off", "on", "server"]),
+                     help="Ask thinking models not to think (off), to think (on), or leave it to the server "
+                          f"(chat_template_kwargs.enable_thinking; default {default_of('thinking')})."),
+        list_option("--depths", help="Context depths for the depth workload, in tokens of filler before the prompt "
+                                     f"(default {','.join(map(str, DEFAULTS.depth.depths))})."),
+        click.option("--session-file", type=click.Path(dir_okay=False, path_type=Path),
+                     help="A JSON file of OpenAI chat messages for the session workload (default: the shipped "
+                          "coding-agent session)."),
     ])
 
 
@@ -133,8 +141,22 @@ def _fraction_callback(_ctx: click.Context, param: click.Parameter, value: str |
 PROTOCOL_FLAGS = {f.name for f in fields(Protocol)} | {"prompt_file"}
 
 
+def _workload_flags(flags: dict[str, Any]) -> dict[str, Any]:
+    """The flags that set a workload's own settings, as its [protocol.<workload>] table."""
+    tables: dict[str, Any] = {}
+    if flags.get("depths"):
+        try:
+            tables["depth"] = {"depths": tuple(int(n) for n in flags["depths"])}
+        except ValueError as e:
+            raise PlanError(f"--depths takes whole numbers of tokens, e.g. 0,4096,16384 ({e})") from e
+    if flags.get("session_file") is not None:
+        tables["session"] = {"session_file": flags["session_file"]}
+    return tables
+
+
 def apply_protocol_flags(protocol: Protocol, flags: dict[str, Any]) -> Protocol:
     given = {k: v for k, v in flags.items() if k in PROTOCOL_FLAGS and v is not None and v != ()}
+    given.update(_workload_flags(flags))
     if "concurrency" in given:
         try:
             given["concurrency"] = tuple(int(n) for n in given["concurrency"])

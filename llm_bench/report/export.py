@@ -56,6 +56,13 @@ def table_csv(table: Table) -> str:
     return out.getvalue()
 
 
-def to_csv(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> str:
-    """The main table, one line per configuration, one column per key (empty where there is no figure)."""
-    return table_csv(main_table(rows, baseline, min_effect))
+def to_csv(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None,
+           table: str = "main") -> str:
+    """One table (by its JSON key; the main table by default), one line per row, one column per key (empty
+    where there is no figure)."""
+    if table == "main":
+        return table_csv(main_table(rows, baseline, min_effect))
+    tables = {t.key: t for t in all_tables(rows, baseline, min_effect)}
+    if table not in tables:
+        raise ValueError(f"--table {table!r}: these results have no such table; they have: {', '.join(tables)}")
+    return table_csv(tables[table])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
@@ -18,6 +18,7 @@ from typing import Any
 
 from llm_bench import __version__
 from llm_bench.report.chart import draw_chart
+from llm_bench.report.depth import draw_depth_chart
 from llm_bench.report.rows import (
     BASELINE,
     NOT_COMPARABLE,
@@ -121,7 +122,8 @@ def _summary_html(sections: Sequence[Section]) -> str:
 
 # Columns whose cells are figures: right-aligned, "-" included, so digits line up.
 TEXT_COLUMNS = {"Configuration", "Engine", "Speculation", "KV", "Verdict", "Notes", "Cache evidence", "Energy from",
-                "Context", "Quality", "First difference", "Recall by length (tokens)", "Compared by"}
+                "Context", "Quality", "First difference", "Recall by length (tokens)", "Compared by", "Added", "Flag",
+                "Flagged turns"}
 # A table cell shows this much of a long note; the full text is its tooltip and is in the summary.
 NOTE_CHARS = 160
 
@@ -133,7 +135,7 @@ def table_html(table: Table, table_id: str) -> str:
         tds = []
         for name, cell in zip(table.columns, cells):
             classes, text, title = [], cell.text, ""
-            if name == "Notes":
+            if name in ("Notes", "Flag"):
                 classes.append("notes")
                 if len(text) > NOTE_CHARS:
                     text, title = text[:NOTE_CHARS].rstrip() + " …", f' title="{_e(cell.text)}"'
@@ -153,10 +155,16 @@ def table_html(table: Table, table_id: str) -> str:
 def chart_svg(rows: Sequence[Row], baseline: Row | None, title: str | None = None,
               min_effect: float | None = None) -> str | None:
     """The report's chart as inline SVG (text drawn as paths: no font is fetched); None when nothing can be drawn."""
+    return inline_svg(lambda path: draw_chart(rows, path, baseline, title, min_effect=min_effect),
+                      "decode speed by configuration")
+
+
+def inline_svg(draw: Callable[[Path], Any], label: str) -> str | None:
+    """What ``draw`` writes to an SVG file, ready to inline; None when it has nothing to draw."""
     with tempfile.TemporaryDirectory(prefix="llm-bench-chart-") as folder:
         path = Path(folder) / "chart.svg"
         try:
-            draw_chart(rows, path, baseline, title, min_effect=min_effect)
+            draw(path)
         except ChartError:
             return None
         svg = path.read_text()
@@ -164,10 +172,20 @@ def chart_svg(rows: Sequence[Row], baseline: Row | None, title: str | None = Non
     # Fixed pt sizes would overflow a phone; the viewBox keeps the proportions when CSS scales it.
     svg = re.sub(r'(<svg[^>]*?)\s(width|height)="[^"]*"', r"\1", svg, count=1)
     svg = re.sub(r'(<svg[^>]*?)\s(width|height)="[^"]*"', r"\1", svg, count=1)
-    return svg.replace("<svg", '<svg role="img" aria-label="decode speed by configuration"', 1)
+    return svg.replace("<svg", f'<svg role="img" aria-label="{_e(label)}"', 1)
+
+
+def _depth_chart_html(rows: Sequence[Row]) -> str:
+    svg = inline_svg(lambda path: draw_depth_chart(rows, path), "decode speed against context depth")
+    if svg is None:
+        return ""
+    return (f'<figure id="depth-chart"><div class="scroll">{svg}</div><figcaption>Decode tokens/s against context '
+            "depth, one line per configuration; median of the runs, whiskers: min-max.</figcaption></figure>")
 
 
 def _plain(value: Any) -> str:
+    if isinstance(value, dict):  # a workload's own settings ([protocol.depth])
+        return "; ".join(f"{k} = {_plain(v)}" for k, v in value.items())
     if isinstance(value, list):
         return ", ".join(str(v) for v in value)
     if isinstance(value, bool):
@@ -231,7 +249,11 @@ def render_html(sets: Sequence[ResultSet], baseline: str | None = None, *, title
                   f"side of 1 and the ratio differs by at least {effect:.0%}; otherwise within noise.")
         note = f'<p class="note">{_e(method)}</p>' if base else ""
         body.append(f'<section id="results"><h2>Configurations</h2>{table_html(main, "main-table")}{note}</section>')
-    extra = [table_html(t, t.key) for t in section_tables(rows, power, base)]
+    extra = []
+    for table in section_tables(rows, power, base):
+        extra.append(table_html(table, table.key))
+        if table.key == "depth":
+            extra.append(_depth_chart_html(rows))
     if extra:
         body.append('<section id="sections"><h2>Other measurements</h2>' + "\n".join(extra) + "</section>")
     body.append(_provenance_html([*sets, *(ResultSet(dict(p.meta, label=f"power sweep {p.path.name}")) for p in power)],

@@ -44,6 +44,7 @@ class Context:
     with_roofline: bool
     bases: dict[str, Row] = field(default_factory=dict)  # what each row is compared with (rows.base_for)
     quality: dict[str, Cell] = field(default_factory=dict)  # the quality column (report.quality), by configuration
+    thought: bool = False  # some run's answer carried reasoning: the "First answer" column is shown
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,18 @@ def _speculation(row: Row) -> Cell:
     return Cell(text, {"speculation": None if text == "-" else text})
 
 
+def _first_answer(row: Row) -> Cell:
+    """A thinking model's first answer token (TTFT is its first generated token, reasoning included)."""
+    first, reasoning = row.record.summary("first_answer_ms"), row.record.summary("reasoning_tokens")
+    return Cell(num(None if first is None else first.median, 0),
+                {"first_answer_ms_median": None if first is None else first.median,
+                 "reasoning_tokens_median": None if reasoning is None else reasoning.median})
+
+
+def thought(rows: Sequence[Row]) -> bool:
+    return any(run.reasoning_tokens for row in rows for run in row.record.runs)
+
+
 def _has_baseline(ctx: Context) -> bool:
     return ctx.baseline is not None
 
@@ -171,6 +184,7 @@ MAIN_COLUMNS: list[Column] = [
     Column("Client t/s", lambda row, ctx: _summary_cell(row, "client_decode_tps", "client_decode_tps_median")),
     Column("Roofline t/s (reached)", _roofline, lambda ctx: ctx.with_roofline),
     Column("TTFT ms", lambda row, ctx: _summary_cell(row, "ttft_ms", "ttft_ms_median", 0)),
+    Column("First answer ms", lambda row, ctx: _first_answer(row), lambda ctx: ctx.thought),
     Column("Cold load s", lambda row, ctx: Cell(num(row.record.cold_load_s, 2), {"cold_load_s": row.record.cold_load_s})),
     Column("Context", lambda row, ctx: Cell(context_of(row.record), {
         "context": None if context_of(row.record) == "-" else context_of(row.record)})),
@@ -190,7 +204,7 @@ def context_for(rows: Sequence[Row], baseline: Row | None, min_effect: float | N
     from llm_bench.report.quality import quality_cells  # it renders with this module's Cell and Table
 
     return Context(baseline, verdicts, any(r.record.roofline_tps for r in chosen), bases,
-                   quality_cells(rows, baseline))
+                   quality_cells(rows, baseline), thought(chosen))
 
 
 def main_table(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> Table:
@@ -306,8 +320,16 @@ def all_tables(rows: Sequence[Row], baseline: Row | None = None, min_effect: flo
     tables = [main] if main.rows else []
     from llm_bench.report.quality import quality_table
 
-    return tables + [t for t in (concurrency_table(rows), prefix_cache_table(rows), quality_table(rows, baseline))
-                     if t is not None]
+    return tables + [t for t in (concurrency_table(rows), prefix_cache_table(rows), *agent_tables(rows),
+                                 quality_table(rows, baseline)) if t is not None]
+
+
+def agent_tables(rows: Sequence[Row]) -> list[Table | None]:
+    """The depth and session workloads' tables (report.depth, report.session; they render with this module)."""
+    from llm_bench.report.depth import depth_table
+    from llm_bench.report.session import session_table, session_turns_table
+
+    return [depth_table(rows), session_table(rows), session_turns_table(rows)]
 
 
 def section_tables(rows: Sequence[Row], power: Sequence[PowerSweep] = (), baseline: Row | None = None) -> list[Table]:
@@ -315,8 +337,8 @@ def section_tables(rows: Sequence[Row], power: Sequence[PowerSweep] = (), baseli
     GPU telemetry, power sweeps."""
     from llm_bench.report.quality import quality_table  # it renders with this module's Cell and Table
 
-    return [t for t in (concurrency_table(rows), prefix_cache_table(rows), quality_table(rows, baseline),
-                        telemetry_table(rows), power_table(power)) if t is not None]
+    return [t for t in (concurrency_table(rows), prefix_cache_table(rows), *agent_tables(rows),
+                        quality_table(rows, baseline), telemetry_table(rows), power_table(power)) if t is not None]
 
 
 def _md_cell(text: str) -> str:

@@ -46,7 +46,8 @@ def chat_request(alias: str, protocol: Protocol, prompt: str, max_tokens: int | 
                  prompt_cache: bool | None = None) -> ChatRequest:
     """``prompt_cache`` None: as the protocol says (by default every prompt is processed whole)."""
     return ChatRequest(alias, prompt, max_tokens or protocol.max_tokens, protocol.temperature, protocol.seed,
-                       prompt_cache=protocol.prompt_cache if prompt_cache is None else prompt_cache)
+                       prompt_cache=protocol.prompt_cache if prompt_cache is None else prompt_cache,
+                       thinking=protocol.thinking)
 
 
 def reused_prompt(run: RunRecord) -> bool:
@@ -72,9 +73,14 @@ def check_prompt_reuse(record: AliasRecord, run: RunRecord, request: ChatRequest
         "cache_prompt / cache_salt?)")
 
 
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
+
+
 def run_record(m: StreamMeasurement, engine_kind: str) -> RunRecord:
     timings = m.timings or {}
     server_tps = timings.get("predicted_per_second")
+    reasoning = m.reasoning
     return RunRecord(
         ttft_ms=None if m.ttft_s is None else m.ttft_s * 1000.0,
         # llama.cpp's router reports its own decode rate; other engines are measured from the stream.
@@ -91,7 +97,32 @@ def run_record(m: StreamMeasurement, engine_kind: str) -> RunRecord:
         draft_n_accepted=timings.get("draft_n_accepted"),
         wall_s=None if m.done_at is None else m.done_at - m.sent_at,
         cache_n=m.cached_tokens,
+        first_event_ms=_ms(m.first_event_s),
+        first_answer_ms=_ms(m.first_answer_s),
+        reasoning_tokens=None if reasoning is None else reasoning[0],
+        reasoning_source=None if reasoning is None else reasoning[1],
     )
+
+
+def check_thinking(record: AliasRecord, thinking: str, runs: list[RunRecord], log: Log) -> None:
+    """What the server did with the protocol's ``thinking`` shows in the answers: thinking asked for and
+    no reasoning in any answer (or the reverse) means the server or its chat template ignored the request."""
+    if thinking == "server" or not runs:
+        return
+    thought = [r for r in runs if r.reasoning_tokens]
+    if thinking == "on" and not thought:
+        message = ("thinking = \"on\" was asked (protocol setting thinking) but no answer carried any reasoning: "
+                   "the server ignored chat_template_kwargs.enable_thinking (llama-server needs --jinja, a chat "
+                   "template that opens a think block, and a --reasoning-format other than none)")
+    elif thinking == "off" and thought:
+        message = (f"thinking = \"off\" was asked (protocol setting thinking) but {len(thought)} of {len(runs)} "
+                   "answers carried reasoning: the server ignored chat_template_kwargs.enable_thinking = false, "
+                   "so these runs' output tokens include reasoning")
+    else:
+        return
+    if message not in record.warnings:
+        record.warnings.append(message)
+        log("  !!! " + message)
 
 
 def fmt(value: float | None) -> str:
@@ -105,6 +136,9 @@ def describe_run(run: RunRecord) -> str:
         text += f", {run.cache_n} of {run.prompt_tokens} prompt tokens from cache"
     if run.draft_n:
         text += f", drafted {run.draft_n} accepted {run.draft_n_accepted}"
+    if run.reasoning_tokens:
+        text += (f", {run.reasoning_tokens} reasoning tokens ({run.reasoning_source}), "
+                 f"first answer token at {fmt(run.first_answer_ms)} ms")
     return text
 
 
@@ -174,6 +208,7 @@ def measured_runs(engine: Engine, request: ChatRequest, runs: int, record: Alias
     record.spec = spec_delta(before, after, record.runs)
     log("  " + describe_summary(record))
     check_acceptance_trap(record, log)
+    check_thinking(record, request.thinking, record.runs, log)
 
 
 def precision_met(record: AliasRecord, precision: float, last: bool, log: Log) -> bool:

@@ -12,7 +12,8 @@ from llm_bench.plan import Protocol
 from llm_bench.results import AliasRecord
 from llm_bench.support.fanout import fan_out
 from llm_bench.workloads.common import (
-    Log, chat_request, check_acceptance_trap, check_length, check_prompt_reuse, derive, fmt, run_record, spec_delta,
+    Log, chat_request, check_acceptance_trap, check_length, check_prompt_reuse, check_thinking, derive, fmt, run_record,
+    spec_delta,
 )
 
 
@@ -60,5 +61,6 @@ def concurrency(engine: Engine, alias: str, protocol: Protocol, base: AliasRecor
             + (f", {p90.label} {fmt(p90.value)} ms" if p90 else "")
             + (f", {len(record.errors)} failed" if record.errors else ""))
         check_acceptance_trap(record, log)
+        check_thinking(record, protocol.thinking, record.runs, log)
         records.append(record)
     return records

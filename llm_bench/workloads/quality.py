@@ -107,12 +107,13 @@ def recall_prompt(recall: RecallSet, filler_chars: int, depth: float, code: str)
     return f"{text[:at]}{needle} {text[at:]}\n\n{recall.question}"
 
 
-def question_request(alias: str, qset: QualitySet, question: Question, seed: int) -> CompletionRequest:
+def question_request(alias: str, qset: QualitySet, question: Question, seed: int,
+                     thinking: str = "server") -> CompletionRequest:
     messages: list[tuple[str, str]] = [("system", qset.answer_system)] if qset.answer_system else []
     for asked, answered in qset.answer_examples:
         messages += [("user", asked), ("assistant", answered)]
     messages.append(("user", question.prompt))
-    return CompletionRequest(alias, tuple(messages), QUESTION_MAX_TOKENS, seed)
+    return CompletionRequest(alias, tuple(messages), QUESTION_MAX_TOKENS, seed, thinking)
 
 
 def quality(engine: Engine, alias: str, protocol: Protocol, base: AliasRecord, log: Log) -> list[AliasRecord]:
@@ -122,14 +123,14 @@ def quality(engine: Engine, alias: str, protocol: Protocol, base: AliasRecord, l
 
     for item in qset.agreement:
         max_tokens = min(item.max_tokens, protocol.quality_max_tokens or item.max_tokens)
-        answer = engine.complete(CompletionRequest.of(alias, item.prompt, max_tokens, seed))
+        answer = engine.complete(CompletionRequest.of(alias, item.prompt, max_tokens, seed, protocol.thinking))
         record.quality_outputs.append(QualityOutput(item.id, answer.text, answer.output_tokens, answer.token_ids,
                                                     answer.finish_reason))
     with_ids = all(o.token_ids is not None for o in record.quality_outputs)
     record.quality_comparison = "tokens" if with_ids and record.quality_outputs else "characters"
 
     for question in qset.questions:
-        answer = engine.complete(question_request(alias, qset, question, seed))
+        answer = engine.complete(question_request(alias, qset, question, seed, protocol.thinking))
         record.questions.append(QuestionResult(question.id, question.kind, question.answer, answer.text,
                                                is_correct(answer.text, question.answer)))
 
@@ -155,7 +156,8 @@ def recall_probes(engine: Engine, alias: str, protocol: Protocol, recall: Recall
                 continue
             prompt = recall_prompt(recall, int(length * protocol.prefix_chars_per_token), depth, code)
             try:
-                answer = engine.complete(CompletionRequest.of(alias, prompt, RECALL_MAX_TOKENS, protocol.seed))
+                answer = engine.complete(CompletionRequest.of(alias, prompt, RECALL_MAX_TOKENS, protocol.seed,
+                                                                      protocol.thinking))
             except ServerError as e:  # e.g. a context the server could not report but refuses
                 probe.skipped = f"the server refused it: {e}"
                 record.errors.append(f"recall {length} tokens at depth {depth:g}: {e}")
