@@ -9,8 +9,10 @@ Markdown table, the chart and the HTML report in one folder. The tiny random-wei
 
 from __future__ import annotations
 
+import configparser
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from importlib import resources
 from pathlib import Path
 
 from llm_bench.report.chart import draw_chart
@@ -67,6 +69,8 @@ def write_demo_bed(folder: Path) -> Path:
 
 
 SMOL_BASELINE = "smol-plain"
+# ChatML with tools and a think block that llama-server recognises (see the template's header).
+THINK_TEMPLATE = Path(str(resources.files("llm_bench") / "testbed" / "chatml-think.jinja"))
 # Room for the longest recall filler (DEMO_PROTOCOL) and its question; SmolLM2 was trained on 8192.
 SMOL_CONTEXT = 4096
 Preset = dict[str, str | int | float | bool]
@@ -75,6 +79,8 @@ Preset = dict[str, str | int | float | bool]
 def smollm2_presets(model: Path, drafter: Path) -> dict[str, Preset]:
     """What each preset shows is in the README (Quick start)."""
     spec: Preset = {"model": str(model), "spec-type": "draft-simple", "spec-draft-n-max": DRAFT_MAX}
+    agent: Preset = {"model": str(model), "jinja": True, "chat-template-file": str(THINK_TEMPLATE),
+                     "reasoning-format": "deepseek"}
     return {
         "*": {"ctx-size": SMOL_CONTEXT, "parallel": 1},
         SMOL_BASELINE: {"model": str(model)},
@@ -84,6 +90,10 @@ def smollm2_presets(model: Path, drafter: Path) -> dict[str, Preset]:
         "smol-kv-q4": {"model": str(model), "cache-type-k": "q4_0", "cache-type-v": "q4_0", "flash-attn": "on"},
         "smol-random-draft": {**spec, "model-draft": str(drafter)},
         "smol-synth": {**spec, "model-draft": str(drafter), "spec-synth-len": SYNTH_LEN},
+        # The depth and session workloads' presets: a chat template with a tool path (SmolLM2's own renders
+        # no tools) and a Qwen3-style think block, as an agent's model has.
+        "smol-agent": {**agent},
+        "smol-agent-kv-q8": {**agent, "cache-type-k": "q8_0", "cache-type-v": "q8_0", "flash-attn": "on"},
     }
 
 
@@ -98,18 +108,25 @@ def write_smollm2_bed(folder: Path, model: Path, presets: tuple[str, ...] | None
     return ini
 
 
+def served_presets(ini: Path) -> list[str]:
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read_string(ini.read_text())
+    return [name for name in parser.sections() if name != "*"]
+
+
 # Sized for 2 cores: a few minutes for every preset after the one-time build and download. The depth and
-# session workloads run on two presets only (AGENT_PRESETS), with depths and a session that fit n_ctx 4096.
+# session workloads run on their own two presets (AGENT_PRESETS), with depths and a session that fit n_ctx 4096.
 DEMO_PROTOCOL = Protocol(max_tokens=128, runs=2, workloads=("standard", "quality"), quality_max_tokens=64,
                          recall_lengths=(1536, 2560), recall_depths=(0.1, 0.5),
                          depth=DepthSettings(depths=(0, 1024, 3072)), session=SessionSettings(max_tokens=32))
-AGENT_PRESETS = (SMOL_BASELINE, "smol-kv-q8")
+AGENT_PRESETS = ("smol-agent", "smol-agent-kv-q8")
 AGENT_WORKLOADS = ("depth", "session")
 
 
 def run_demo(folder: Path, protocol: Protocol, log: Callable[[str], None],
              presets: tuple[str, ...] | None = None) -> DemoOutput:
-    """The demo: every SmolLM2 preset, or only ``presets`` (the baseline among them for the comparison)."""
+    """The demo: every SmolLM2 preset, or only ``presets`` (the baseline among them for the comparison): the
+    protocol's workloads on all but AGENT_PRESETS, the depth and session workloads on those."""
     folder = folder.resolve()
     folder.mkdir(parents=True, exist_ok=True)
     log("llm-bench demo: a CPU llama-server router serving SmolLM2-135M-Instruct, speed and quality")
@@ -118,10 +135,12 @@ def run_demo(folder: Path, protocol: Protocol, log: Callable[[str], None],
     model = ensure_smollm2(log)
     ini = write_smollm2_bed(folder, model, presets)
     log(f"presets: {ini}")
-    agents = tuple(p for p in AGENT_PRESETS if presets is None or p in presets)
+    names = served_presets(ini)
+    agents = tuple(name for name in names if name in AGENT_PRESETS)
     with running_router(binary, ini, log_path=folder / "llama-server.log") as router:
         log(f"router listening on {router.url} (log: {folder / 'llama-server.log'})")
-        plan = Plan(url=router.url, label="demo-cpu", output_dir=folder, protocol=protocol)
+        plan = Plan(url=router.url, aliases=tuple(n for n in names if n not in agents), label="demo-cpu",
+                    output_dir=folder, protocol=protocol)
         writer = run_plan(plan, log)
         agent_writer = None
         if agents:

@@ -155,7 +155,8 @@ def test_with_the_cache_each_turn_reuses_the_previous_context_by_the_servers_cou
         assert_printed(turn, log, turn.processed_tokens)
     for turn in result.cold:
         assert turn.cache_n == 0  # cold: the whole context processed, by the server's counter
-    assert [t.prompt_tokens for t in result.cold] == [t.prompt_tokens for t in result.warm]
+    # the same turns; each replay's mark at the start may take a token more or less
+    assert all(abs(c.prompt_tokens - w.prompt_tokens) <= 4 for c, w in zip(result.cold, result.warm))
     assert result.cold[-1].ttft_ms > 2 * result.warm[-1].ttft_ms
 
 
@@ -186,12 +187,15 @@ def test_a_template_that_rewrites_earlier_turns_is_flagged(bed, tmp_path):
     assert any(w.startswith("session: turn(s) 2") for w in record.warnings)
 
 
-def test_the_openai_engine_replays_the_session_and_sees_a_server_that_ignores_cache_salt(bed, tmp_path):
-    # llama-server's own /v1 through the OpenAI engine: the cache counter is usage.prompt_tokens_details
-    _path, (record,) = measure(bed, tmp_path, ("smol-plain",), engine="openai", workloads=("session",),
+def test_the_openai_engine_replays_the_session_through_the_templates_tool_path(bed, session_run, tmp_path):
+    # llama-server's own /v1 through the OpenAI engine (its cache counter: usage.prompt_tokens_details), on the
+    # preset whose template renders the tools (SmolLM2's own renders none)
+    _path, (record,) = measure(bed, tmp_path, ("smol-think",), engine="openai", workloads=("session",),
                                temperature=0.0, session=SessionSettings(max_tokens=8, max_context=2800))
     result = record.session
     assert record.decode_source == "stream" and len(result.warm) >= 2
+    plain_first = session_run[1].session.warm[0]
+    assert result.warm[0].prompt_tokens > plain_first.prompt_tokens + 300  # the four tool definitions
     for before, turn in zip(result.warm, result.warm[1:]):
         assert turn.cache_n >= 0.9 * before.prompt_tokens and turn.reuse_flag is None
     # the OpenAI engine asks for cold prompts with a cache_salt, which llama-server does not know: it reuses

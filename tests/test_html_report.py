@@ -35,10 +35,10 @@ DEMO_PRESETS = ["smol-ngram", "smol-plain", "smol-random-draft"]
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     folder = tmp_path_factory.mktemp("demo")
-    # the demo's depth and session workloads run on smol-plain (of these three), sized down
+    # and one of the demo's agent presets, for the depth and session workloads, sized down
     protocol = Protocol(max_tokens=16, runs=3, depth=DepthSettings(depths=(0, 1024)),
-                        session=SessionSettings(max_tokens=4, max_context=2200))
-    return run_demo(folder, protocol, lambda line: None, presets=tuple(DEMO_PRESETS))
+                        session=SessionSettings(max_tokens=4, max_context=2400))
+    return run_demo(folder, protocol, lambda line: None, presets=(*DEMO_PRESETS, "smol-agent"))
 
 
 def browser():
