@@ -36,7 +36,8 @@ def _goodput(search: Search, level: float) -> str:
     j = None if carried is None else carried.judgement
     if search.loop != "open" or j is None or j.goodput_per_min is None:
         return ""
-    return f" (goodput {j.goodput_per_min:.1f}/min, throughput {j.throughput_per_min:.1f}/min)"
+    # a window's Poisson arrivals scatter around the nominal rate, so its own figures are shown beside it
+    return f" (goodput {j.goodput_per_min:.1f} of {j.throughput_per_min:.1f} requests/min in its window)"
 
 
 def answer_sentence(alias: str, search: Search, objective: Objective) -> str:

@@ -23,6 +23,8 @@ def draw_capacity_chart(aliases: list[AliasCapacity], objective: Objective, path
     rows = [(a.alias, s) for a in aliases for s in a.searches if any(lv.judgement for lv in s.levels)]
     if not rows:
         raise ChartError("no level was measured, so there is no curve to draw")
+    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415 - charts are optional; keep the CLI quick to start
+
     with figure(path, nrows=len(rows), ncols=2, squeeze=False, figsize=(11, 3.6 * len(rows))) as (fig, axes):
         for (alias, search), (left, right) in zip(rows, axes):
             levels = sorted((lv for lv in search.levels if lv.judgement is not None), key=lambda lv: lv.level)
@@ -36,6 +38,8 @@ def draw_capacity_chart(aliases: list[AliasCapacity], objective: Objective, path
                    "TTFT s", "p95", f"objective <= {objective.max_ttft_s:g} s")
             for ax in (left, right):
                 ax.set_xlabel(xlabel)
+                if search.loop == "closed":
+                    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
                 ax.set_title(f"{alias} ({search.loop} loop)", fontsize=10, loc="left")
                 if search.carried is not None:
                     ax.axvline(search.carried, color=MEETS, linestyle=":", linewidth=1)
