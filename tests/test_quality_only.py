@@ -79,8 +79,8 @@ def test_the_quality_workload_prints_a_line_per_request_when_not_on_a_terminal(q
 
 
 def test_the_quality_workload_draws_a_live_bar_on_a_terminal(router, tmp_path):
-    """A real `llm-bench run` with its stderr on a pseudo-terminal: the bar redraws in place (carriage
-    returns), and the plain per-step lines are not printed."""
+    """A real `llm-bench run` with its stderr on a pseudo-terminal (one nobody sized, which reports 0 columns):
+    the bar redraws in place (carriage returns), and the plain per-step lines are not printed."""
     import os
     import pty
     import subprocess
@@ -92,7 +92,7 @@ def test_the_quality_workload_draws_a_live_bar_on_a_terminal(router, tmp_path):
         [sys.executable, "-m", "llm_bench", "run", "--url", router.url, "--alias", "tiny-plain", "--workload",
          "quality", "--output-dir", str(tmp_path)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=terminal_fd, cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "COLUMNS": "160"})
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     os.close(terminal_fd)
     chunks = []
     while True:
