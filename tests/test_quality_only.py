@@ -81,8 +81,8 @@ def test_the_quality_workload_prints_a_line_per_request_when_not_on_a_terminal(q
 @pytest.mark.xfail(strict=True, reason="tqdm 4.70.1 draws no bar on a pseudo-terminal on this machine (even a bare "
                    "tqdm(disable=False) under `script` writes nothing); the live bar is unverified: see the closing note")
 def test_the_quality_workload_draws_a_live_bar_on_a_terminal(router, tmp_path):
-    """A real `llm-bench run` with its stderr on a pseudo-terminal: the bar redraws in place (carriage
-    returns), and the plain per-step lines are not printed."""
+    """A real `llm-bench run` with its stderr on a pseudo-terminal (one nobody sized, which reports 0 columns):
+    the bar redraws in place (carriage returns), and the plain per-step lines are not printed."""
     import os
     import pty
     import subprocess
@@ -94,7 +94,7 @@ def test_the_quality_workload_draws_a_live_bar_on_a_terminal(router, tmp_path):
         [sys.executable, "-m", "llm_bench", "run", "--url", router.url, "--alias", "tiny-plain", "--workload",
          "quality", "--output-dir", str(tmp_path)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=terminal_fd, cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "COLUMNS": "160"})
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     os.close(terminal_fd)
     chunks = []
     while True:

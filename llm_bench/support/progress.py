@@ -4,6 +4,7 @@ many steps: a live bar on a terminal, one line per step otherwise."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -36,6 +37,16 @@ def progress(n: int, total: int, finished: Sequence[float]) -> str:
     return f"{n}/{total}" + ("" if eta is None else f", about {duration_text(eta)} left")
 
 
+def _screen(stream: TextIO) -> tuple[int, int]:
+    """The terminal's columns and lines; 80 x 24 where it reports none (a pseudo-terminal nobody sized says
+    0 x 0, and tqdm would then draw nothing)."""
+    try:
+        size = os.get_terminal_size(stream.fileno())
+    except (OSError, ValueError):
+        return 80, 24
+    return size.columns or 80, size.lines or 24
+
+
 class Steps:
     """Progress through ``total`` steps of one piece of work. On a terminal a live bar (tqdm) on
     ``stream``; otherwise one line per step through ``log``, as every progress line reads:
@@ -47,8 +58,10 @@ class Steps:
         self.finished: list[float] = []
         self._started: float | None = None
         self._stream = stream if stream is not None else sys.stderr
-        self._bar = tqdm(total=total, desc=f"  {what}", file=self._stream, leave=False,
-                         disable=not self._stream.isatty(),
+        live = self._stream.isatty()
+        columns, lines = _screen(self._stream) if live else (None, None)
+        self._bar = tqdm(total=total, desc=f"  {what}", file=self._stream, leave=False, disable=not live,
+                         ncols=columns, nrows=lines,
                          bar_format="{desc} {n_fmt}/{total_fmt} {bar:24} {elapsed}, about {remaining} left{postfix}")
 
     def __enter__(self) -> Steps:
