@@ -78,8 +78,6 @@ def test_the_quality_workload_prints_a_line_per_request_when_not_on_a_terminal(q
     assert len(steps) == 26
 
 
-@pytest.mark.xfail(strict=True, reason="tqdm 4.70.1 draws no bar on a pseudo-terminal on this machine (even a bare "
-                   "tqdm(disable=False) under `script` writes nothing); the live bar is unverified: see the closing note")
 def test_the_quality_workload_draws_a_live_bar_on_a_terminal(router, tmp_path):
     """A real `llm-bench run` with its stderr on a pseudo-terminal (one nobody sized, which reports 0 columns):
     the bar redraws in place (carriage returns), and the plain per-step lines are not printed."""
