@@ -215,7 +215,7 @@ def snippet_of(stdout: str) -> str:
 
 def test_the_snippet_is_accepted_by_the_module_and_the_real_router(tuned: Tuned, router_factory) -> None:
     from tests.nix.helpers import nix_eval
-    from tests.test_nix_modules import ALL, LLAMAMPERE_SRC, harness
+    from tests.test_nix_modules import ALL, LLAMAMPERE_SRC, NVIDIA, harness
 
     snippet = snippet_of(tuned.second.stdout)
     winner = load_results(tuned.results).meta["tune"]["outcome"]["winner"]
