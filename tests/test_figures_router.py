@@ -93,7 +93,8 @@ class Measured:
     chats: dict[str, list[Exchange]]  # per alias: the warm-up, then each measured run
     statuses: StatusLog
     started_at: float
-    at_vram_reading: dict[str, str]  # the router's status of each alias when llm-bench read VRAM before its load
+    vram_read_at: dict[str, float]  # when llm-bench had read VRAM before each alias's load
+    exchanges: list[Exchange]  # everything llm-bench asked the router, in order
 
 
 @pytest.fixture(scope="module")
@@ -106,20 +107,20 @@ def measured(smol_router: RouterProcess, tmp_path_factory: pytest.TempPathFactor
     started_at = time.perf_counter()
     plan = Plan(url=tap.url, aliases=(PLAIN, SYNTH), output_dir=tmp_path_factory.mktemp("results"),
                 protocol=Protocol(max_tokens=48, runs=3))
-    at_vram_reading: dict[str, str] = {}
+    vram_read_at: dict[str, float] = {}
     current: list[str] = []
 
     def log(message: str) -> None:
         if message.startswith("Benchmark "):
             current[:] = [message.rsplit(": ", 1)[1]]
         if message.startswith("  VRAM in use before load"):
-            at_vram_reading[current[0]] = status(smol_router.url, current[0])
+            vram_read_at[current[0]] = time.perf_counter()
 
     try:
         writer = run_plan(plan, log, nvml=Nvml(FakeNvml()))
         records = {a.alias: a for a in load_results(writer.path).aliases}
         chats = {alias: [c for c in tap.chats() if c.request["model"] == alias] for alias in records}
-        yield Measured(records, chats, statuses, started_at, at_vram_reading)
+        yield Measured(records, chats, statuses, started_at, vram_read_at, tap.exchanges())
     finally:
         statuses.stop()
         tap.close()
@@ -141,8 +142,24 @@ def test_the_alias_is_unloaded_before_its_cold_load(measured: Measured):
     # it was loaded when the run began: unloaded first, then loaded by the warm-up
     assert "unloaded" in seen and "loading" in seen and seen.index("unloaded") < seen.index("loading"), seen
     assert measured.records[PLAIN].load_transitions == ["loading", "loaded"]
-    # VRAM is read once the router says the alias is unloaded, not while it is still going
-    assert measured.at_vram_reading == {PLAIN: "unloaded", SYNTH: "unloaded"}
+
+
+def listed_as(exchange: Exchange, alias: str) -> str | None:
+    if exchange.method != "GET" or exchange.path != "/models" or exchange.status != 200:
+        return None
+    return next(m["status"]["value"] for m in exchange.json()["data"] if m["id"] == alias)
+
+
+def test_vram_is_read_once_the_router_says_the_alias_is_unloaded(measured: Measured):
+    # README, the protocol's steps 1 and 2: the unload is waited for, or the reading would count the
+    # alias itself; the router still lists it as loaded for tens of milliseconds after the unload's answer
+    unload = next(e for e in measured.exchanges
+                  if e.method == "POST" and e.path == "/models/unload" and e.request["model"] == PLAIN)
+    warm_up = measured.chats[PLAIN][0]
+    said_unloaded = [e for e in measured.exchanges if listed_as(e, PLAIN) == "unloaded"
+                     and unload.answered_at <= e.requested_at and e.answered_at <= warm_up.requested_at]
+    assert said_unloaded, "llm-bench sent the warm-up without the router having said the alias was unloaded"
+    assert said_unloaded[0].answered_at <= measured.vram_read_at[PLAIN] <= warm_up.requested_at
 
 
 def test_cold_load_is_send_to_the_warm_ups_first_token_including_the_load(measured: Measured):

@@ -51,11 +51,17 @@ class Exchange:
     body: bytes
     requested_at: float  # when the request's first byte passed
     status: int | None = None
+    answer: bytes = b""  # the answer's body
+    answered_at: float | None = None  # when its last byte passed
     events: list[Event] = field(default_factory=list)  # a text/event-stream answer's events
 
     @property
     def request(self) -> dict[str, Any]:
         return json.loads(self.body) if self.body else {}
+
+    def json(self) -> Any:
+        """The answer's body as JSON."""
+        return json.loads(self.answer)
 
     def chunks(self) -> list[dict[str, Any]]:
         return [e.json() for e in self.events if e.data.strip() != "[DONE]"]
@@ -155,6 +161,8 @@ def exchanges_of(up: Flow, down: Flow) -> list[Exchange]:
         status_line, headers, body_at = head
         exchange.status = int(status_line.split(" ")[1])
         pieces, at = _body(down.data, body_at, headers, request=False)
+        exchange.answer = b"".join(p for _, p in pieces)
+        exchange.answered_at = down.time_of(at - 1)
         if headers.get("content-type", "").startswith("text/event-stream"):
             exchange.events = _events(pieces, down)
     return out
