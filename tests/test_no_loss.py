@@ -62,7 +62,7 @@ def test_128_streams_are_not_queued_by_the_client(router_factory, bed):
     router = eight_slots(router_factory, bed, 128, 128 * 128)
     engine = open_engine("llama-cpp", router.url, timeout=120, streams=128)
     try:
-        request = ChatRequest("tiny", "Hi", 96, 1.0, 42, prompt_cache=False)
+        request = ChatRequest("tiny", "Hi", 384, 1.0, 42, prompt_cache=False)
         engine.stream(request)
         measurements, errors, _ = simultaneous(engine, request, 128)
     finally:
