@@ -4,6 +4,8 @@ position, and "speculation changed the output" fires up to its 32-token (128-cha
 
 from __future__ import annotations
 
+from llm_bench.report.rows import Row
+from llm_bench.results import AliasRecord, QualityOutput
 from llm_bench.workloads.quality.score import (
     SPEC_EARLY,
     SPECULATION_CHANGED,
@@ -13,8 +15,6 @@ from llm_bench.workloads.quality.score import (
     quality_table,
     speculation_change,
 )
-from llm_bench.report.rows import Row
-from llm_bench.results import AliasRecord, QualityOutput
 
 MODEL = ["--model", "/m/smol.gguf"]
 
