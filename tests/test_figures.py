@@ -61,7 +61,7 @@ def one_stream(reply: Reply):
             m = engine.stream(REQUEST)
         finally:
             engine.close()
-    return run_record(m, engine.kind), server.chats[0], m
+    return run_record(m, engine), server.chats[0], m
 
 
 def after(exchange, piece: int, since: float | None = None) -> float:
