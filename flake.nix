@@ -170,11 +170,14 @@
               matplotlib
               gguf
               tqdm
+              pydantic
               pytest
               pytest-randomly
               pyyaml
+              mypy
             ]
           ))
+          pkgs.ruff
           pkgs.nix
           pkgs.nixfmt
         ];

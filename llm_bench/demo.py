@@ -13,17 +13,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from llm_bench.report.chart import draw_chart
 from llm_bench.plan import Plan, Protocol
-from llm_bench.runner import run_plan
 from llm_bench.report import find_baseline, load_sets, markdown_table, rows_of, summary
+from llm_bench.report.chart import draw_chart
 from llm_bench.report.html import write_html
+from llm_bench.runner import run_plan
 from llm_bench.testbed.llama_server import ensure_llama_server
 from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.testbed.random_drafter import write_random_drafter
 from llm_bench.testbed.router import running_router
 from llm_bench.testbed.smollm2 import ensure_smollm2
 from llm_bench.testbed.tiny_gguf import TinyModelSpec, write_tiny_model
+from llm_bench.workloads.quality import QUALITY
+from llm_bench.workloads.standard import STANDARD
 
 BASELINE = "tiny-plain"
 DRAFT_MAX = 4
@@ -97,8 +99,8 @@ def write_smollm2_bed(folder: Path, model: Path, presets: tuple[str, ...] | None
 
 # Sized for 2 cores: a few minutes for every preset after the one-time build and download. 3 runs: the
 # fewest with which a verdict can be reached (3 against 3 give the exact interval 90 %; 2 against 2, 67 %).
-DEMO_PROTOCOL = Protocol(max_tokens=128, runs=3, workloads=("standard", "quality"), quality_max_tokens=64,
-                         recall_lengths=(1536, 2560), recall_depths=(0.1, 0.5))
+DEMO_PROTOCOL = Protocol(max_tokens=128, runs=3, workloads=(STANDARD.name, QUALITY.name)).with_settings(
+    QUALITY, {"max_tokens": 64, "recall_lengths": (1536, 2560), "recall_depths": (0.1, 0.5)})
 
 
 def run_demo(folder: Path, protocol: Protocol, log: Callable[[str], None],

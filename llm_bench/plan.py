@@ -8,173 +8,40 @@ from __future__ import annotations
 
 import os
 import tomllib
-import types
-import typing
-from dataclasses import dataclass, field, fields, replace
-from importlib import resources
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal
+from types import MappingProxyType
+from typing import Any, TypeVar
 
-import httpx
+from llm_bench.diagnostics.settings import Checks
+from llm_bench.engines import DEFAULT_ENGINE, ENGINES
+from llm_bench.prompts import shipped_prompt
+from llm_bench.validation import PlanError, check_fields, check_keys
+from llm_bench.workloads import LEGACY_NAMES, NAMES, REGISTRY, workload
+from llm_bench.workloads.base import Workload
+from llm_bench.workloads.standard import STANDARD
 
-from llm_bench.engines import ENGINES
+S = TypeVar("S")
+# The flat [protocol] keys of workloads' settings, as plans, flags and results before [protocol.<workload>]
+LEGACY_KEYS = {key for w in REGISTRY for key in w.legacy}
 
 DEFAULT_PROMPT = "code"
 DEFAULT_URL = "http://127.0.0.1:48123"
-WORKLOADS = ("standard", "categories", "concurrency", "prefix-cache", "quality")
-# Plans and flags written before the default workload was named "standard" call it "protocol".
-LEGACY_WORKLOADS = {"protocol": "standard"}
 
 
-class PlanError(ValueError):
-    pass
+def default_settings() -> dict[str, Any]:
+    return {w.name: w.settings() for w in REGISTRY}
 
 
-# Field validation is driven by each dataclass's own type hints, plus an optional range in the
-# field's metadata ({"min": x}, {"above": x}, {"max": x}; for a tuple it applies to each item), so a
-# field added later is checked without anyone writing a check for it.
-
-def _describe(hint: Any) -> str:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is bool:
-        return "true or false"
-    if hint is int:
-        return "a whole number"
-    if hint is float:
-        return "a number"
-    if hint is str:
-        return "a string"
-    if hint is Path:
-        return "a path"
-    if hint is type(None):
-        return "absent"
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in args)
-    if origin in (types.UnionType, typing.Union):
-        return " or ".join(_describe(a) for a in args if a is not type(None))
-    if origin is tuple:
-        plural = {int: "whole numbers", float: "numbers", str: "strings", bool: "true/false values"}
-        return f"a list of {plural.get(args[0], _describe(args[0]) + ' values')}"
-    return f"a {getattr(hint, '__name__', hint)}"
-
-
-class _Mismatch(Exception):
-    pass
-
-
-def _coerce(hint: Any, value: Any) -> Any:
-    """``value`` as ``hint`` asks (a TOML int where a float is wanted, a list where a tuple is), or _Mismatch."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return value
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    elif hint is Path:
-        if isinstance(value, (str, Path)):
-            return Path(value)
-    elif hint is type(None):
-        if value is None:
-            return None
-    elif origin is Literal:
-        if value in args:
-            return value
-    elif origin in (types.UnionType, typing.Union):
-        for arg in args:
-            try:
-                return _coerce(arg, value)
-            except _Mismatch:
-                pass
-    elif origin is tuple:
-        if isinstance(value, (list, tuple)):  # a TOML array, or a tuple given in code
-            return tuple(_coerce(args[0], v) for v in value)
-    elif origin in (list, dict, set, frozenset):  # containers are checked as a whole, their items by the owner
-        if isinstance(value, origin):
-            return value
-    elif isinstance(hint, type):
-        if isinstance(value, hint):
-            return value
-    else:
-        return value  # a type hint this checker does not know: left to the field's own code
-    raise _Mismatch
-
-
-def _bounds(meta: Any) -> str:
-    words = {"min": "at least", "above": "above", "max": "at most"}
-    return ", ".join(f"{words[k]} {meta[k]}" for k in words if k in meta)
-
-
-def _out_of_range(value: Any, meta: Any) -> str | None:
-    items = value if isinstance(value, tuple) else (value,)
-    for item in items:
-        if not isinstance(item, (int, float)) or isinstance(item, bool):
-            continue
-        if ("min" in meta and item < meta["min"]) or ("above" in meta and item <= meta["above"]) \
-                or ("max" in meta and item > meta["max"]):
-            return _bounds(meta)
-    return None
-
-
-def url_problem(value: str, path_ok: bool = False) -> str | None:
-    """What is wrong with a server URL (None: nothing): it must parse, be http:// or https:// and name a host.
-    ``path_ok``: a path on the server itself ("/metrics") will do too."""
-    if path_ok and value.startswith("/"):
-        return None
-    try:
-        url = httpx.URL(value)
-    except httpx.InvalidURL as e:
-        return f"it does not parse: {e}"
-    if url.scheme not in ("http", "https") or not url.host:
-        return "it needs http:// or https:// and a host, e.g. http://127.0.0.1:48123"
-    return None
-
-
-def check_url(value: str | None, name: str, path_ok: bool = False) -> None:
-    """A PlanError naming ``name`` (a plan key or a flag) and the value, for a URL no request could go to."""
-    problem = None if value is None else url_problem(value, path_ok)
-    if problem is not None:
-        raise PlanError(f"{name} is not a usable URL: {value!r} ({problem})")
-
-
-def check_fields(obj: Any) -> None:
-    """Check (and normalise in place) every field of a frozen dataclass against its type hint and range;
-    the message names the field, the value and what is allowed."""
-    hints = typing.get_type_hints(type(obj))
-    for f in fields(obj):
-        value = getattr(obj, f.name)
-        try:
-            normalised = _coerce(hints[f.name], value)
-        except _Mismatch:
-            bounds = _bounds(f.metadata)
-            raise PlanError(f"{f.name} must be {_describe(hints[f.name])}{f' ({bounds})' if bounds else ''}, "
-                            f"not {value!r}") from None
-        allowed = _out_of_range(normalised, f.metadata)
-        if allowed is not None:
-            shown = f"{value!r}" if not isinstance(value, (list, tuple)) else f"{list(value)!r}"
-            each = " (each)" if isinstance(normalised, tuple) else ""
-            raise PlanError(f"{f.name} must be {allowed}{each}, not {shown}")
-        if "url" in f.metadata:  # {"url": "server"}, or {"url": "server or path"} where a path on it will do
-            check_url(normalised, f.name, path_ok=f.metadata["url"] == "server or path")
-        object.__setattr__(obj, f.name, normalised)
-
-
-def shipped_prompt(name: str) -> str:
-    path = resources.files("llm_bench") / "prompts" / f"{name}.txt"
-    if not path.is_file():
-        available = sorted(p.name.removesuffix(".txt") for p in (resources.files("llm_bench") / "prompts").iterdir()
-                           if p.name.endswith(".txt"))
-        raise PlanError(f"no shipped prompt named {name!r}; choose one of {', '.join(available)} or give a prompt file")
-    return path.read_text()
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Protocol:
+    """The parameter set a measurement follows: ``[protocol]`` in plan files, ``meta.protocol`` in results.
+
+    Each workload's own settings are in ``settings`` (``[protocol.<workload>]`` tables); the flat
+    ``[protocol]`` keys plans used for them before (``concurrency = [1, 2]``) are still taken, here as
+    keyword arguments too."""
+
     prompt_name: str = DEFAULT_PROMPT
     prompt: str = ""
     # at least 2: decode speed needs a first token and one after it
@@ -187,18 +54,7 @@ class Protocol:
     strict: bool = False
     request_timeout_s: float = field(default=600.0, metadata={"above": 0.0})
     load_timeout_s: float = field(default=900.0, metadata={"above": 0.0})
-    workloads: tuple[str, ...] = ("standard",)
-    categories: tuple[str, ...] = ("prose", "code", "json")
-    concurrency: tuple[int, ...] = field(default=(1, 2, 4, 8), metadata={"min": 1})
-    prefix_prompt_tokens: int = field(default=11000, metadata={"min": 1})
-    prefix_chars_per_token: float = field(default=4.0, metadata={"above": 0.0})
-    prefix_max_tokens: int = field(default=32, metadata={"min": 2})
-    # The quality workload's long-context recall: filler lengths in tokens (sized for a 24 GB card;
-    # a length beyond the model's context is skipped with the reason) and needle depths (0 = start).
-    recall_lengths: tuple[int, ...] = field(default=(8192, 32768), metadata={"min": 64})
-    recall_depths: tuple[float, ...] = field(default=(0.1, 0.5, 0.9), metadata={"min": 0.0, "max": 1.0})
-    # A cap on the output tokens of the quality set's agreement prompts (each has its own max_tokens).
-    quality_max_tokens: int | None = field(default=None, metadata={"min": 1})
+    workloads: tuple[str, ...] = (STANDARD.name,)
     # False: every measured request processes its whole prompt (TTFT and prompt t/s time a processed
     # prompt); True: the server may reuse a cached prefix. The prefix-cache workload always caches.
     prompt_cache: bool = False
@@ -207,27 +63,63 @@ class Protocol:
     # decode rate, relative to the median, is within it, or ``max_runs`` is reached.
     precision: float | None = field(default=None, metadata={"above": 0.0, "max": 0.5})
     max_runs: int = field(default=10, metadata={"min": 6})  # 6: the fewest runs with a 95 % median interval
+    settings: Mapping[str, Any] = field(default_factory=default_settings)  # workload name -> its settings
+
+    def __init__(self, settings: Mapping[str, Any] | None = None, **values: Any) -> None:
+        own = {f.name: f for f in fields(self) if f.name != "settings"}
+        unknown = sorted(set(values) - set(own) - LEGACY_KEYS)
+        if unknown:
+            raise TypeError(f"Protocol() got an unexpected keyword argument {unknown[0]!r}")
+        for name, f in own.items():
+            object.__setattr__(self, name, values.get(name, f.default))
+        merged = {**default_settings(), **(settings or {})}
+        for w in REGISTRY:
+            changes = {setting: values[key] for key, setting in w.legacy.items() if key in values}
+            if changes:
+                merged[w.name] = w.configure(merged[w.name], changes, {v: k for k, v in w.legacy.items()})
+        object.__setattr__(self, "settings", MappingProxyType(merged))
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         check_fields(self)
         if self.precision is not None and self.max_runs < self.runs:
             raise PlanError(f"max_runs ({self.max_runs}) must be at least runs ({self.runs})")
-        workloads = tuple(LEGACY_WORKLOADS.get(w, w) for w in self.workloads)
-        # quality runs after the speed workloads, whatever the order given: it must not warm anything they time
-        workloads = tuple(w for w in workloads if w != "quality") + (("quality",) if "quality" in workloads else ())
-        object.__setattr__(self, "workloads", workloads)
-        unknown = [w for w in self.workloads if w not in WORKLOADS]
+        given = [LEGACY_NAMES.get(w, w) for w in self.workloads]
+        unknown = [w for w in given if w not in NAMES]
         if unknown:
-            raise PlanError(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
+            raise PlanError(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(NAMES)}")
+        # a workload that must run last (quality) does, whatever the order given: it must not warm anything
+        # the others time
+        chosen = [workload(w) for w in given]
+        object.__setattr__(self, "workloads", tuple(w.name for w in sorted(chosen, key=lambda w: w.last)))
+
+    def __getattr__(self, name: str) -> Any:
+        """A flat key of a workload's settings (``protocol.concurrency``), as plans and flags spelled them before."""
+        for w in REGISTRY:
+            if name in w.legacy:
+                return getattr(self.settings[w.name], w.legacy[name])
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def with_settings(self, w: Workload[S], changes: Mapping[str, Any], spelled: Mapping[str, str] | None = None
+                      ) -> Protocol:
+        """This protocol with some of a workload's settings changed (``spelled``: how the user named them)."""
+        return replace(self, settings={**self.settings, w.name: w.configure(self.settings[w.name], changes, spelled)})
 
     def with_prompt(self) -> Protocol:
         return self if self.prompt else replace(self, prompt=shipped_prompt(self.prompt_name))
 
     def to_toml(self) -> dict[str, Any]:
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        """The general settings, then a table of its own settings for each workload the protocol runs."""
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "settings"}
         values["prompt_chars"] = len(values.pop("prompt"))
-        # TOML has no null: a setting that is off (precision) is left out.
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items() if v is not None}
+        values.update({name: asdict(self.settings[name]) for name in self.workloads if fields(self.settings[name])})
+        return _toml(values)
+
+
+def _toml(values: dict[str, Any]) -> dict[str, Any]:
+    """TOML has no null: a setting that is off (precision) is left out; tuples are lists."""
+    return {k: _toml(v) if isinstance(v, dict) else list(v) if isinstance(v, tuple) else v
+            for k, v in values.items() if v is not None}
 
 
 def read_key_file(path: Path) -> str:
@@ -269,24 +161,6 @@ class ApiKeySource:
         return None
 
 
-@dataclass(frozen=True)
-class Checks:
-    """Settings of the doctor's checks that run during every measurement (see docs/gpu.md)."""
-
-    log_file: Path | None = None  # a file with the server's log
-    log_command: str | None = None  # or a command printing it; neither: the journal when it exists
-    power_floor_w: float | None = field(default=None, metadata={"min": 0.0})  # warn when a GPU's limit is below this
-    # warn when decode reaches less than this fraction of the roofline
-    roofline_min: float = field(default=0.25, metadata={"min": 0.0, "max": 1.0})
-    # the llama.cpp build's name (e.g. "llamampere") when neither the marker nor /props says which it is
-    build: str | None = None
-    marker: Path = Path("/etc/llama-cpp/active.json")  # the NixOS module's note of the active package
-    kernel_log: Path | None = None  # kernel log lines to watch for Xid errors; default: journalctl -k or dmesg
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-
-
 CHECK_KEYS = {f.name for f in fields(Checks)}
 
 
@@ -297,7 +171,7 @@ class Plan:
     label: str = ""
     output_dir: Path = Path("results")
     protocol: Protocol = Protocol()
-    engine: str = "llama-cpp"
+    engine: str = DEFAULT_ENGINE
     api_key: ApiKeySource = ApiKeySource()
     metrics_url: str | None = field(default=None, metadata={"url": "server or path"})  # default: the server's /metrics
     # Send the API key to a metrics_url on another origin too (on the server's own it always goes).
@@ -308,26 +182,31 @@ class Plan:
         check_fields(self)
 
 
-PROTOCOL_KEYS = {f.name for f in fields(Protocol)} - {"prompt"}
+PROTOCOL_KEYS = {f.name for f in fields(Protocol)} - {"prompt", "settings"} | LEGACY_KEYS
 PLAN_KEYS = {"url", "aliases", "label", "output_dir", "protocol", "engine", "api_key_file", "api_key_env",
              "metrics_url", "metrics_key", "checks"}
 
 
-def _check_keys(where: str, given: dict[str, Any], allowed: set[str]) -> None:
-    unknown = sorted(set(given) - allowed)
-    if unknown:
-        raise PlanError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
-
-
-def protocol_from_mapping(data: dict[str, Any], base: Protocol = Protocol(), where: str = "[protocol]",
+def protocol_from_mapping(data: Mapping[str, Any], base: Protocol = Protocol(), where: str = "[protocol]",
                           relative_to: Path | None = None) -> Protocol:
+    """``[protocol]`` on top of ``base``: its keys, the flat keys of workloads' settings, and each
+    workload's own table (``[protocol.concurrency]``: a table where a flat key of the same name is a list)."""
     data = dict(data)
     prompt_file = data.pop("prompt_file", None)
-    _check_keys(where, data, PROTOCOL_KEYS)
+    tables = {name: data.pop(name) for name in NAMES if isinstance(data.get(name), dict)}
+    check_keys(where, data, PROTOCOL_KEYS | set(NAMES))
     try:
         protocol = replace(base, **data)
     except (TypeError, PlanError) as e:
         raise PlanError(f"{where}: {e}") from e
+    for name, table in tables.items():
+        w = workload(name)
+        inner = f"{where[:-1]}.{name}]" if where.endswith("]") else f"{where} [{name}]"
+        check_keys(inner, table, {f.name for f in fields(w.settings)})
+        try:
+            protocol = protocol.with_settings(w, table)
+        except PlanError as e:
+            raise PlanError(f"{inner}: {e}") from e
     if prompt_file:
         path = Path(prompt_file)
         if relative_to is not None and not path.is_absolute():
@@ -350,16 +229,16 @@ def load_plan_file(path: Path) -> dict[str, Any]:
 
 def plan_from_mapping(data: dict[str, Any], *, relative_to: Path | None = None,
                       allowed: set[str] = PLAN_KEYS) -> Plan:
-    _check_keys("plan", data, allowed)
+    check_keys("plan", data, allowed)
     protocol = protocol_from_mapping(data.get("protocol", {}), relative_to=relative_to)
     aliases = data.get("aliases", ())
     if isinstance(aliases, str) or not isinstance(aliases, (list, tuple)) or not all(isinstance(a, str) for a in aliases):
         raise PlanError(f"plan: aliases must be a list of preset names, not {aliases!r}")
-    engine = data.get("engine", "llama-cpp")
+    engine = data.get("engine", DEFAULT_ENGINE)
     if engine not in ENGINES:
         raise PlanError(f"plan: unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     checks_data = dict(data.get("checks", {}))
-    _check_keys("[checks]", checks_data, CHECK_KEYS)
+    check_keys("[checks]", checks_data, CHECK_KEYS)
     try:
         checks = Checks(**checks_data)
     except PlanError as e:

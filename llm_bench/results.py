@@ -7,12 +7,12 @@ TOML has no null: a figure that does not exist is left out, never written as 0.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
+import dataclasses
 import math
 import os
 import statistics
 import tomllib
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -21,10 +21,13 @@ from typing import Any
 import numpy
 import tomli_w
 
+from llm_bench.engines.base import Engine
 from llm_bench.engines.metrics import SpecCounters
+from llm_bench.engines.stream import StreamMeasurement
 
 FORMAT = "llm-bench/1"
-# Files written before the default workload was named "standard" call it "protocol".
+# The workload of the reference protocol's records; files written before it was named so call it "protocol".
+STANDARD = "standard"
 LEGACY_STANDARD = "protocol"
 
 
@@ -115,7 +118,7 @@ class AliasRecord:
     alias: str
     target: str = ""
     engine: str = "llama-cpp"
-    workload: str = "standard"
+    workload: str = STANDARD
     category: str | None = None
     concurrency: int | None = None
     decode_source: str = "server timings"
@@ -154,11 +157,13 @@ class AliasRecord:
 
     @property
     def configuration(self) -> str:
+        """The alias, and what sets this record apart from the alias's standard one: its prompt category,
+        its concurrency level, or else any other workload's name."""
         if self.category:
             return f"{self.alias} [{self.category}]"
         if self.concurrency is not None:
             return f"{self.alias} [x{self.concurrency}]"
-        if self.workload in ("prefix-cache", "quality"):
+        if self.workload != STANDARD:
             return f"{self.alias} [{self.workload}]"
         return self.alias
 
@@ -218,10 +223,10 @@ class AliasRecord:
         fields = {k: v for k, v in data.items()
                   if k in cls.__dataclass_fields__ and k not in ("runs", "spec", *QUALITY_LISTS)}
         for name, kind in QUALITY_LISTS.items():
-            known = kind.__dataclass_fields__
+            known = {f.name for f in dataclasses.fields(kind)}
             fields[name] = [kind(**{k: v for k, v in item.items() if k in known}) for item in data.get(name, [])]
         if fields.get("workload") == LEGACY_STANDARD:
-            fields["workload"] = "standard"
+            fields["workload"] = STANDARD
         run_names = RunRecord.__dataclass_fields__
         runs = [RunRecord(**{k: v for k, v in r.items() if k in run_names}) for r in data.get("runs", [])]
         spec = None
@@ -232,6 +237,35 @@ class AliasRecord:
                                 None if drafts is None else float(drafts),
                                 tuple(r * drafts for r in rates) if drafts else ())
         return cls(**fields, runs=runs, spec=spec)
+
+
+def run_record(m: StreamMeasurement, engine: Engine) -> RunRecord:
+    """One streamed answer as a run record; its decode rate the engine's own where it has one."""
+    timings = m.timings or {}
+    server_tps = timings.get("predicted_per_second")
+    return RunRecord(
+        ttft_ms=None if m.ttft_s is None else m.ttft_s * 1000.0,
+        decode_tps=server_tps if engine.capabilities.server_decode_rate else m.client_decode_tps,
+        server_decode_tps=server_tps,
+        decode_ms=timings.get("predicted_ms"),
+        client_decode_tps=m.client_decode_tps,
+        prompt_tps=timings.get("prompt_per_second"),
+        prompt_tokens=m.prompt_tokens,
+        output_tokens=m.output_tokens,
+        token_chunks=m.token_chunks,
+        finish_reason=m.finish_reason,
+        draft_n=timings.get("draft_n"),
+        draft_n_accepted=timings.get("draft_n_accepted"),
+        wall_s=None if m.done_at is None else m.done_at - m.sent_at,
+        cache_n=m.cached_tokens,
+    )
+
+
+def spec_from_runs(runs: list[RunRecord]) -> SpecCounters | None:
+    drafted = sum(r.draft_n or 0 for r in runs)
+    if not drafted:
+        return None
+    return SpecCounters(float(drafted), float(sum(r.draft_n_accepted or 0 for r in runs)))
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -316,9 +350,11 @@ class ResultsWriter:
         write_toml(self.path, self.result_set.to_toml())
 
 
-def results_stem(started_at: datetime, label: str) -> str:
+def results_stem(started_at: datetime, label: str, kind: str | None = None) -> str:
+    """Every results file's name (without .toml): ``llm-bench-[KIND-]YYYYmmdd-HHMMSS-LABEL``, the label made
+    safe for a file name; a kind (``sweep``) for a file made from others rather than measured."""
     safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in label).strip("-") or "run"
-    return f"llm-bench-{started_at.strftime('%Y%m%d-%H%M%S')}-{safe}"
+    return f"llm-bench-{kind + '-' if kind else ''}{started_at.strftime('%Y%m%d-%H%M%S')}-{safe}"
 
 
 def load_results(path: Path) -> ResultSet:

@@ -6,24 +6,24 @@ plan's workloads, unload again. Each alias's records are saved before the next a
 
 from __future__ import annotations
 
-import platform
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from llm_bench import __version__
-from llm_bench.engines.errors import ServerError, ServerUnreachable
 from llm_bench.diagnostics.evidence import marker_package, read_marker
 from llm_bench.diagnostics.in_run import InRunChecks, before_the_run
 from llm_bench.engines import Engine, open_engine, select_models
+from llm_bench.engines.errors import ServerError, ServerUnreachable
 from llm_bench.gpu.nvml import Nvml, VramReading
-from llm_bench.plan import Plan, Protocol
-from llm_bench.results import FORMAT, AliasRecord, ResultSet, ResultsWriter, results_stem
 from llm_bench.gpu.telemetry import sampling
+from llm_bench.plan import Plan, Protocol
+from llm_bench.provenance import provenance, server_build
+from llm_bench.results import FORMAT, AliasRecord, ResultSet, ResultsWriter, results_stem
 from llm_bench.support.progress import progress
-from llm_bench.workloads import RUNNERS
+from llm_bench.workloads import of_record, workload
 from llm_bench.workloads.common import RunsInterrupted, WorkloadInterrupted, chat_request, derive
+from llm_bench.workloads.standard import STANDARD
 
 Log = Callable[[str], None]
 
@@ -82,7 +82,7 @@ def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, lo
                   target: str = "") -> list[AliasRecord]:
     """Every workload of the protocol for one alias; a failure ends the alias, not the run. Ctrl-C ends it
     with AliasInterrupted carrying what was measured (the finished runs of the workload it stopped too)."""
-    base = AliasRecord(alias=alias, target=target, engine=engine.kind, decode_source=engine.decode_source)
+    base = AliasRecord(alias=alias, target=target, engine=engine.kind, decode_source=engine.capabilities.decode_source)
     records: list[AliasRecord] = []
     stop: KeyboardInterrupt | None = None
     try:
@@ -106,7 +106,7 @@ def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, lo
 def _measure(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Log, base: AliasRecord,
              records: list[AliasRecord]) -> None:
     """measure_alias's steps, each workload's records added to ``records`` as it finishes."""
-    workload = "standard"
+    current = STANDARD.name  # the workload a failure is recorded against
     try:
         cold = engine.make_cold(alias)
         reading = nvml.vram_used()
@@ -130,8 +130,8 @@ def _measure(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Lo
             log(f"  Warm-up: first token after {warmup.ttft_s:.2f} s (the server keeps its model loaded)")
         base.preset_args, base.server_build = engine.describe(alias)
 
-        for workload in protocol.workloads:
-            records.extend(RUNNERS[workload](engine, alias, protocol, base, log))
+        for current in protocol.workloads:
+            records.extend(workload(current).run(engine, alias, protocol, base, log))
     except WorkloadInterrupted as e:
         # the runs measured before the failure stay, beside its error
         records.extend(e.records)
@@ -139,23 +139,23 @@ def _measure(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Lo
         if isinstance(e.cause, ServerUnreachable):
             raise AliasUnreachable(e.cause, list(records)) from e.cause
     except ServerUnreachable as e:
-        failed = derive(base, workload=workload)
+        failed = derive(base, workload=current)
         failed.errors.append(str(e))
         raise AliasUnreachable(e, records + [failed]) from e
     except ServerError as e:
-        failed = derive(base, workload=workload)
+        failed = derive(base, workload=current)
         failed.errors.append(str(e))
         records.append(failed)
         log(f"  FAILED: {e}")
     except Exception as e:  # noqa: BLE001 - a bug of ours must not cost the runs already measured
-        failed = derive(base, workload=workload)
+        failed = derive(base, workload=current)
         failed.errors.append(f"llm-bench failed unexpectedly ({type(e).__name__}: {e}); please report this")
         records.append(failed)
         log(f"  FAILED: {failed.errors[-1]}")
 
 
 def _release(engine: Engine, alias: str, records: list[AliasRecord], log: Log) -> bool | None:
-    if engine.kind != "llama-cpp":
+    if not engine.capabilities.unload:
         return None
     try:
         engine.release(alias)
@@ -168,33 +168,32 @@ def _release(engine: Engine, alias: str, records: list[AliasRecord], log: Log) -
         return False
 
 
-def provenance(plan: Plan, engine: Engine, nvml: Nvml, started_at: datetime) -> dict:
-    try:
-        server_build = engine.server_build()
-    except ServerError:
-        server_build = None
-    gpus = [{"index": g.index, "name": g.name, "memory_total_mib": g.memory_total_mib} for g in nvml.gpus()]
-    return {
-        "format": FORMAT,
-        "llm_bench_version": __version__,
-        "started_at": started_at.isoformat(timespec="seconds"),
+def run_meta(plan: Plan, engine: Engine, nvml: Nvml, started_at: datetime) -> dict:
+    return provenance(FORMAT, nvml, started_at) | {
         "complete": False,
-        "host": platform.node(),
         "label": plan.label,
         "engine": engine.kind,
         "server_url": plan.url,
-        "server_build": server_build,
-        # the NixOS marker's account of that build, with the source revision a version cannot give
+        "server_build": server_build(engine),
+        # the NixOS marker's account of that build (it describes a llama.cpp router), with the source
+        # revision a version cannot give
         "llama_cpp_package": marker_package(read_marker(plan.checks.marker), plan.url)
-        if engine.kind == "llama-cpp" else None,
+        if engine.capabilities.presets else None,
         "api_key": plan.api_key.describe(),
-        "gpu_driver": nvml.driver_version(),
-        "gpus": gpus,
-        "nvml_unavailable": None if nvml.available else nvml.unavailable,
         # how this engine makes every measured request process its whole prompt
         "protocol": plan.protocol.to_toml() | ({} if plan.protocol.prompt_cache
                                                else {"cold_prompt": engine.cold_prompt}),
     }
+
+
+def needs_prompt_cache(record: AliasRecord) -> bool:
+    measured = of_record(record.workload)
+    return measured is not None and measured.needs_prompt_cache
+
+
+def streams(protocol: Protocol) -> int:
+    """The most simultaneous streams any of the protocol's workloads opens."""
+    return max(w.streams(w.settings_in(protocol)) for w in map(workload, protocol.workloads))
 
 
 def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
@@ -204,13 +203,13 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
     started_at = datetime.now(timezone.utc)
     engine = open_engine(plan.engine, plan.url, timeout=protocol.request_timeout_s,
                          api_key=plan.api_key.read(), metrics_url=plan.metrics_url,
-                         load_timeout=protocol.load_timeout_s, streams=max(protocol.concurrency),
+                         load_timeout=protocol.load_timeout_s, streams=streams(protocol),
                          metrics_key=plan.metrics_key)
     try:
         with nvml or Nvml() as gpus:
             aliases = [a for a in select_models(engine, plan.aliases) if not skip(a)]
             early = before_the_run(engine, aliases, plan.checks, log)
-            writer = ResultsWriter(plan.output_dir, ResultSet(provenance(plan, engine, gpus, started_at)),
+            writer = ResultsWriter(plan.output_dir, ResultSet(run_meta(plan, engine, gpus, started_at)),
                                    results_stem(started_at, plan.label or "run"))
             log(f"Results: {writer.path}")
             durations: list[float] = []
@@ -225,7 +224,7 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
                         with sampling(gpus):
                             measured = measure_alias(engine, alias, protocol, gpus, log,
                                                      target=target or plan.label)
-                        checks.finish(measured)
+                        checks.finish(measured, [r for r in measured if needs_prompt_cache(r)])
                     except AliasUnreachable as e:
                         writer.extend(e.records)
                         raise RunAborted(f"{e}; results so far are in {writer.path}") from e.cause

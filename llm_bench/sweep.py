@@ -19,8 +19,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from llm_bench.engines import DEFAULT_ENGINE, ENGINES, capabilities_of
 from llm_bench.engines.switch import (
     EngineSide,
+    FreeMode,
     RouterSide,
     SwitchError,
     bring_up,
@@ -34,13 +36,17 @@ from llm_bench.plan import (
     Plan,
     PlanError,
     Protocol,
-    check_url,
     protocol_from_mapping,
 )
+from llm_bench.report import find_baseline, load_sets, markdown_table, rows_of, summary
+from llm_bench.report.chart import draw_chart
+from llm_bench.report.html import write_html
+from llm_bench.results import FORMAT, ResultSet, ResultsWriter, load_results, results_stem
 from llm_bench.runner import RunAborted, run_plan
+from llm_bench.support.plotting import ChartError
 from llm_bench.support.poll import poll_until
 from llm_bench.support.progress import progress
-from llm_bench.results import FORMAT, ResultSet, ResultsWriter, load_results
+from llm_bench.validation import check_keys, check_url
 
 Log = Callable[[str], None]
 
@@ -60,7 +66,7 @@ class SweepError(RuntimeError):
 @dataclass(frozen=True)
 class Target:
     name: str
-    engine: str = "llama-cpp"
+    engine: str = DEFAULT_ENGINE
     specialisation: str = BASE
     presets: tuple[str, ...] = ()  # empty: every preset the router lists
     expect_package: str | None = None
@@ -71,9 +77,15 @@ class Target:
     down_command: str | None = None
     workdir: Path | None = None
     model: str | None = None
-    router_mode: str = "unload"
+    router_mode: FreeMode = "unload"
     api_key: ApiKeySource = ApiKeySource()
     ready_timeout_s: float = 1800.0
+
+    @property
+    def routed(self) -> bool:
+        """Served by the machine's router (its presets, switched to through a specialisation), rather than
+        by an engine brought up beside the router."""
+        return capabilities_of(self.engine).presets
 
 
 @dataclass(frozen=True)
@@ -88,20 +100,19 @@ class SweepPlan:
     unit: str = "llama-cpp.service"
     switch_timeout_s: float = 600.0
     baseline: str | None = None
+    api_key: ApiKeySource = ApiKeySource()  # the machine's router's, when it was started with --api-key
 
 
 TARGET_KEYS = {f for f in Target.__dataclass_fields__} - {"api_key"} | {"api_key_file", "api_key_env"}
-SWEEP_KEYS = {"targets", "output_dir", "protocol", "url", "marker", "system", "switch_command", "unit",
-              "switch_timeout_s", "baseline"}
+SWEEP_KEYS = {"targets", "output_dir", "protocol", "url", "api_key_file", "api_key_env", "marker", "system",
+              "switch_command", "unit", "switch_timeout_s", "baseline"}
 
 
 def _target(data: dict[str, Any], relative_to: Path) -> Target:
     name = data.get("name")
     if not isinstance(name, str) or not name:
         raise PlanError("every [[targets]] entry needs a name")
-    unknown = sorted(set(data) - TARGET_KEYS)
-    if unknown:
-        raise PlanError(f"target {name!r}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(TARGET_KEYS))}")
+    check_keys(f"target {name!r}", data, TARGET_KEYS)
     values = {k: v for k, v in data.items() if k not in ("api_key_file", "api_key_env")}
     values["presets"] = tuple(values.get("presets", ()))
     if "workdir" in values:
@@ -110,19 +121,17 @@ def _target(data: dict[str, Any], relative_to: Path) -> Target:
     values["api_key"] = ApiKeySource(None if key_file is None else relative_to / key_file, data.get("api_key_env"))
     target = Target(**values)
     check_url(target.url, f"target {name!r}: url")
-    if target.engine == "openai":
+    if target.engine not in ENGINES:
+        raise PlanError(f"target {name!r}: engine must be {' or '.join(ENGINES)}, not {target.engine!r}")
+    if not target.routed:
         missing = [k for k in ("url", "up_command", "down_command") if not getattr(target, k)]
         if missing:
-            raise PlanError(f"target {name!r} (engine openai) needs {', '.join(missing)}")
-    elif target.engine != "llama-cpp":
-        raise PlanError(f"target {name!r}: engine must be llama-cpp or openai, not {target.engine!r}")
+            raise PlanError(f"target {name!r} (engine {target.engine}) needs {', '.join(missing)}")
     return target
 
 
 def sweep_plan_from_mapping(data: dict[str, Any], relative_to: Path) -> SweepPlan:
-    unknown = sorted(set(data) - SWEEP_KEYS)
-    if unknown:
-        raise PlanError(f"sweep plan: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(SWEEP_KEYS))}")
+    check_keys("sweep plan", data, SWEEP_KEYS)
     targets = tuple(_target(t, relative_to) for t in data.get("targets", []))
     if not targets:
         raise PlanError("sweep plan: no [[targets]]; name at least one specialisation or engine")
@@ -141,6 +150,8 @@ def sweep_plan_from_mapping(data: dict[str, Any], relative_to: Path) -> SweepPla
         unit=data.get("unit", "llama-cpp.service"),
         switch_timeout_s=float(data.get("switch_timeout_s", 600.0)),
         baseline=data.get("baseline"),
+        api_key=ApiKeySource(None if data.get("api_key_file") is None else relative_to / data["api_key_file"],
+                             data.get("api_key_env")),
     )
 
 
@@ -179,7 +190,8 @@ def switch_to(plan: SweepPlan, specialisation: str, log: Log, override: str | No
                     timeout=plan.switch_timeout_s, log=log)
     except SwitchError as e:
         raise SweepError(f"switching to {specialisation} failed: {e}") from e
-    if not poll_until(lambda: (_unit_active(plan.unit) and router_answers(plan.url)) or None,
+    key = plan.api_key.read()
+    if not poll_until(lambda: (_unit_active(plan.unit) and router_answers(plan.url, api_key=key)) or None,
                       timeout=plan.switch_timeout_s, interval=1.0):
         raise SweepError(f"after switching to {specialisation}, {plan.unit or 'the router'} did not answer "
                          f"on {plan.url} within {plan.switch_timeout_s:.0f} s")
@@ -220,7 +232,7 @@ class SweepOutcome:
     measured: list[Path] = field(default_factory=list)
 
 
-def _measure_llama(plan: SweepPlan, target: Target, done: set[tuple[str, str]], log: Log) -> Path | None:
+def _measure_routed(plan: SweepPlan, target: Target, done: set[tuple[str, str]], log: Log) -> Path | None:
     wanted = target.presets
     if wanted and all((target.name, a) in done for a in wanted):
         log(f"target {target.name}: every preset already measured, skipping")
@@ -234,26 +246,28 @@ def _measure_llama(plan: SweepPlan, target: Target, done: set[tuple[str, str]], 
     skipped = len(aliases) - len(todo)
     if skipped:
         log(f"target {target.name}: {skipped} preset(s) already measured, resuming with {', '.join(todo)}")
-    run = Plan(url=plan.url, aliases=todo, label=target.name, output_dir=plan.output_dir, protocol=plan.protocol)
+    run = Plan(url=plan.url, aliases=todo, label=target.name, output_dir=plan.output_dir, protocol=plan.protocol,
+               api_key=plan.api_key)
     return run_plan(run, log, target=target.name).path
 
 
-def _measure_openai(plan: SweepPlan, target: Target, done: set[tuple[str, str]], log: Log) -> Path | None:
+def _measure_beside(plan: SweepPlan, target: Target, done: set[tuple[str, str]], log: Log) -> Path | None:
     if target.model and (target.name, target.model) in done:
         log(f"target {target.name}: already measured, skipping")
         return None
-    api_key = target.api_key.read()
-    engine = EngineSide(url=target.url, up_command=target.up_command, down_command=target.down_command,
-                        model=target.model, workdir=target.workdir, api_key=api_key, name=target.name,
-                        ready_timeout_s=target.ready_timeout_s)
-    router = RouterSide(url=plan.url, mode=target.router_mode)
+    url, up, down = target.url, target.up_command, target.down_command
+    if not (url and up and down):  # a plan without them is refused when it is read
+        raise PlanError(f"target {target.name!r} (engine {target.engine}) needs url, up_command and down_command")
+    engine = EngineSide(url=url, up_command=up, down_command=down, model=target.model, workdir=target.workdir,
+                        api_key=target.api_key.read(), name=target.name, ready_timeout_s=target.ready_timeout_s)
+    router = RouterSide(url=plan.url, mode=target.router_mode, api_key=plan.api_key.read())
     try:
         started = bring_up(engine, router, log)
     except SwitchError as e:
         raise SweepError(str(e)) from e
     try:
-        run = Plan(url=target.url, aliases=(started.model,), label=target.name, output_dir=plan.output_dir,
-                   protocol=replace(plan.protocol, unload_after=False), engine="openai", api_key=target.api_key)
+        run = Plan(url=url, aliases=(started.model,), label=target.name, output_dir=plan.output_dir,
+                   protocol=replace(plan.protocol, unload_after=False), engine=target.engine, api_key=target.api_key)
         return run_plan(run, log, target=target.name).path
     finally:
         tear_down(engine, router, started.router, log)
@@ -273,7 +287,7 @@ def run_sweep(plan: SweepPlan, log: Log) -> SweepOutcome:
             log(f"== target {target.name} ({target.engine}): {progress(n, len(plan.targets), durations)}")
             started = time.perf_counter()
             try:
-                measure = _measure_openai if target.engine == "openai" else _measure_llama
+                measure = _measure_routed if target.routed else _measure_beside
                 path = measure(plan, target, done, log)
                 if path is not None:
                     outcome.measured.append(path)
@@ -296,7 +310,7 @@ def _switch_back(plan: SweepPlan, original: str, log: Log) -> None:
         log(f"already back on {original}")
         return
     override = next((t.switch_command for t in plan.targets
-                     if t.engine == "llama-cpp" and t.specialisation == original and t.switch_command), None)
+                     if t.routed and t.specialisation == original and t.switch_command), None)
     log(f"switching back to {original}, the configuration active when the sweep started")
     switch_to(plan, original, log, override)
 
@@ -306,7 +320,7 @@ def default_baseline(plan: SweepPlan) -> str | None:
     if plan.baseline:
         return plan.baseline
     for t in plan.targets:
-        if t.engine == "llama-cpp" and t.specialisation == BASE and t.presets:
+        if t.routed and t.specialisation == BASE and t.presets:
             return f"{t.name} / {t.presets[0]}"
     return None
 
@@ -321,7 +335,30 @@ def write_merged(plan: SweepPlan, log: Log) -> Path | None:
             "protocol": plan.protocol.to_toml(), "complete": True}
     latest = {(r.target, r.configuration): r for s in sets for r in s.aliases}  # a later attempt replaces
     records = list(latest.values())
-    writer = ResultsWriter(plan.output_dir, ResultSet(meta, []), f"llm-bench-sweep-{now.strftime('%Y%m%d-%H%M%S')}-merged")
+    writer = ResultsWriter(plan.output_dir, ResultSet(meta, []), results_stem(now, "merged", kind="sweep"))
     writer.extend(records)
     log(f"merged results: {writer.path}")
     return writer.path
+
+
+def report_sweep(plan: SweepPlan, merged: Path, failures: dict[str, str], baseline: str | None, log: Log) -> str:
+    """report.md, chart.png and report.html beside the merged results; returns the summary and the table."""
+    sets = load_sets([merged])
+    rows = rows_of(sets)
+    try:
+        base = find_baseline(rows, baseline or default_baseline(plan))
+    except ValueError as e:
+        log(f"no baseline: {e}")
+        base = None
+    table = markdown_table(rows, base)
+    text = summary(rows, base, failures)
+    (plan.output_dir / "report.md").write_text(text + "\n" + table)
+    try:
+        draw_chart(rows, plan.output_dir / "chart.png", base, "Decode speed by configuration, all targets")
+    except ChartError as e:
+        log(f"no chart: {e}")
+    write_html(plan.output_dir / "report.html", sets, base.configuration if base else None, rows=rows,
+               title="llm-bench sweep: decode speed by configuration", failures=failures)
+    log(f"Merged results: {merged}\nReport: {plan.output_dir / 'report.md'}\nChart: {plan.output_dir / 'chart.png'}"
+        f"\nHTML report: {plan.output_dir / 'report.html'}")
+    return text + "\n" + table

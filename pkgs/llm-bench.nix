@@ -17,6 +17,7 @@ python3Packages.buildPythonApplication {
     httpx
     httpx-sse
     click
+    pydantic # plan values checked against their fields' types (llm_bench/validation.py)
     nvidia-ml-py # the `pynvml` module
     tomli-w
     matplotlib

@@ -9,15 +9,16 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from llm_bench.report.chart import draw_chart
-from llm_bench.gpu.nvml import GpuSample
 from llm_bench.engines.metrics import SpecCounters
-from llm_bench.gpu.power import LimitResult, draw_power_chart
-from llm_bench.report import Row
-from llm_bench.results import AliasRecord, RunRecord
 from llm_bench.gpu import roofline
-from llm_bench.diagnostics.soak import SoakRequest, SoakResult, analyse, draw_soak_chart
+from llm_bench.gpu.nvml import GpuSample
 from llm_bench.gpu.telemetry import draw_telemetry_chart, summarise
+from llm_bench.power.limits import LimitResult, draw_power_chart
+from llm_bench.report import Row
+from llm_bench.report.chart import draw_chart
+from llm_bench.results import AliasRecord, RunRecord
+from llm_bench.soak.report import draw_soak_chart
+from llm_bench.soak.traffic import SoakRequest, SoakResult, analyse
 
 OUT = Path("docs/img")
 NOTE = " (illustrative data from the NVML test double)"

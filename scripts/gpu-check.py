@@ -18,8 +18,8 @@ import sys
 import time
 
 from llm_bench.gpu.nvml import NVML_MODULE_ENV, Nvml, PowerLimitError
-from llm_bench.gpu.power import restore, save_originals, state_path
 from llm_bench.gpu.telemetry import TelemetrySampler, summarise
+from llm_bench.power.limits import restore, save_originals, state_path
 
 
 def main() -> int:

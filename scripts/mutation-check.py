@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     counts = {s: sum(o.status == s for o in outcomes) for s in ("KILLED", "SURVIVED", "ERROR")}
     print(f"{len(outcomes)} mutations: {counts['KILLED']} killed, {counts['SURVIVED']} survived, "
           f"{counts['ERROR']} errors")
-    for m, o in zip(chosen, outcomes):
+    for m, o in zip(chosen, outcomes, strict=True):
         if o.status != "KILLED":
             print(f"  {o.status}: {m.name} ({m.source}: {m.file})")
     return 0 if counts["SURVIVED"] == counts["ERROR"] == 0 else 1

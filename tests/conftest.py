@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
-
-import signal
 
 import pytest
 

@@ -10,12 +10,11 @@ import pytest
 from click.testing import CliRunner
 
 from llm_bench.cli import main
-from llm_bench.diagnostics.checks import check_acceptance, check_acceptance_log
+from llm_bench.diagnostics.checks import ACCEPTANCE_TRAP_RATE, check_acceptance, check_acceptance_log
 from llm_bench.diagnostics.findings import ERROR
 from llm_bench.engines.metrics import SpecCounters
 from llm_bench.results import AliasRecord
 from llm_bench.testbed.presets import render_presets_ini
-from llm_bench.workloads.common import ACCEPTANCE_TRAP_RATE
 
 
 def drafted(draft_tokens: float, accepted: float, drafts: float | None = None) -> AliasRecord:

@@ -4,7 +4,9 @@ position, and "speculation changed the output" fires up to its 32-token (128-cha
 
 from __future__ import annotations
 
-from llm_bench.report.quality import (
+from llm_bench.report.rows import Row
+from llm_bench.results import AliasRecord, QualityOutput
+from llm_bench.workloads.quality.score import (
     SPEC_EARLY,
     SPECULATION_CHANGED,
     agreement,
@@ -13,8 +15,6 @@ from llm_bench.report.quality import (
     quality_table,
     speculation_change,
 )
-from llm_bench.report.rows import Row
-from llm_bench.results import AliasRecord, QualityOutput
 
 MODEL = ["--model", "/m/smol.gguf"]
 
@@ -103,7 +103,7 @@ def test_speculation_that_keeps_the_output_or_changes_it_late_is_not_flagged():
 
 
 def test_the_speculation_mark_in_characters_is_128():
-    from llm_bench.report.quality import Agreement, PromptAgreement
+    from llm_bench.workloads.quality.score import Agreement, PromptAgreement
 
     early = Agreement("characters", (PromptAgreement("p", False, 127, 300),))
     late = Agreement("characters", (PromptAgreement("p", False, 128, 300),))

@@ -12,7 +12,15 @@ from llm_bench.capacity.answer import answer_sentence, markdown
 from llm_bench.capacity.chart import draw_capacity_chart
 from llm_bench.capacity.loops import Budget, Phases, clock
 from llm_bench.capacity.records import (
-    OVERLOADED, WINDOW, AliasCapacity, Level, RequestRecord, Search, SlotEvidence, judge, low_tail,
+    OVERLOADED,
+    WINDOW,
+    AliasCapacity,
+    Level,
+    RequestRecord,
+    Search,
+    SlotEvidence,
+    judge,
+    low_tail,
 )
 from llm_bench.capacity.search import MAX_HALVINGS, bracket, next_rate, next_streams
 from llm_bench.capacity.settings import CapacitySettings, Objective, capacity_plan_from_mapping

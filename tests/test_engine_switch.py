@@ -20,13 +20,16 @@ from click.testing import CliRunner
 from llm_bench.cli import main
 from llm_bench.cli.engine import key_from_env_file, read_api_key
 from llm_bench.engines.client import RouterClient
+from llm_bench.engines.errors import RequestRefused
 from llm_bench.engines.switch import (
     EngineSide,
     RouterSide,
     SwitchError,
     bring_up,
     compose_command,
+    free_gpu,
     hyperqwen_engine,
+    restore_router,
     router_answers,
     tear_down,
     wait_until_serving,
@@ -78,8 +81,8 @@ elif action == "stop":
 '''
 
 
-def model_statuses(url: str) -> dict[str, str]:
-    return {m.id: m.status for m in RouterClient(url).models()}
+def model_statuses(url: str, api_key: str | None = None) -> dict[str, str]:
+    return {m.id: m.status for m in RouterClient(url, api_key=api_key).models()}
 
 
 class Bed:
@@ -289,6 +292,45 @@ def test_cli_missing_directory_is_a_clear_error(tmp_path) -> None:
                     "--ready-timeout", "1")
     assert result.exit_code == 1
     assert "cannot run" in result.output and "nope" in result.output
+
+
+ROUTER_KEY = "router-s3cret"
+
+
+def test_a_router_started_with_api_key_is_freed_and_restored_with_its_key(bed, router_factory, monkeypatch) -> None:
+    router = router_factory(bed.ini, extra_args=["--api-key", ROUTER_KEY])
+    keyed = RouterClient(router.url, api_key=ROUTER_KEY)
+    keyed.load("tiny")
+    keyed.wait_for_status("tiny", "loaded", 60)
+    messages: list[str] = []
+
+    # Without the key the router still answers (401): freeing it fails loudly, nothing is unloaded.
+    assert router_answers(router.url)
+    with pytest.raises(RequestRefused, match="401") as refused:
+        free_gpu(RouterSide(url=router.url), messages.append)
+    assert refused.value.status == 401 and model_statuses(router.url, ROUTER_KEY) == {"tiny": "loaded"}
+    assert not any("nothing to unload" in m for m in messages)
+
+    # With it (sweep and tune send the machine's router's key the same way), the model is unloaded, and
+    # loaded again on the way back when asked to.
+    side = RouterSide(url=router.url, api_key=ROUTER_KEY, reload=True, load_timeout_s=60)
+    state = free_gpu(side, messages.append)
+    assert state.unloaded == ["tiny"] and model_statuses(router.url, ROUTER_KEY) == {"tiny": "unloaded"}
+    restore_router(side, state, messages.append)
+    assert model_statuses(router.url, ROUTER_KEY) == {"tiny": "loaded"}
+    assert not any(ROUTER_KEY in m for m in messages)
+
+    # engine hyperqwen up/down takes the router's key from a flag.
+    monkeypatch.setenv("LLM_BENCH_ROUTER_KEY", ROUTER_KEY)
+    common = ["--dir", str(bed.dir), "--up-command", bed.engine_up, "--down-command", bed.engine_down,
+              "--url", bed.engine_url, "--model", "", "--router-url", router.url, "--ready-timeout", "60",
+              "--router-api-key-env", "LLM_BENCH_ROUTER_KEY"]
+    result = invoke("engine", "hyperqwen", "up", *common)
+    assert result.exit_code == 0, result.output
+    assert "router models unloaded: tiny" in result.output and ROUTER_KEY not in result.output
+    assert model_statuses(router.url, ROUTER_KEY) == {"tiny": "unloaded"}
+    result = invoke("engine", "hyperqwen", "down", *common)
+    assert result.exit_code == 0, result.output
 
 
 def test_api_key_sources(tmp_path, monkeypatch) -> None:

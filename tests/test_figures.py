@@ -20,6 +20,9 @@ from llm_bench.engines.llama_cpp import LlamaCppEngine
 from llm_bench.engines.stream import ChatRequest
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.plan import Plan, Protocol
+from llm_bench.report import markdown_table
+from llm_bench.report.rows import Row, rows_of, speedup
+from llm_bench.report.table import main_table
 from llm_bench.results import (
     AliasRecord,
     ResultSet,
@@ -31,9 +34,6 @@ from llm_bench.results import (
     percentile,
     tail_of,
 )
-from llm_bench.report import markdown_table
-from llm_bench.report.rows import Row, rows_of, speedup
-from llm_bench.report.table import main_table
 from llm_bench.runner import RunAborted, measure_alias, run_plan
 from llm_bench.support.stats import median_interval, relative_precision
 from llm_bench.workloads.common import run_record, spec_from_runs
@@ -61,7 +61,7 @@ def one_stream(reply: Reply):
             m = engine.stream(REQUEST)
         finally:
             engine.close()
-    return run_record(m, engine.kind), server.chats[0], m
+    return run_record(m, engine), server.chats[0], m
 
 
 def after(exchange, piece: int, since: float | None = None) -> float:

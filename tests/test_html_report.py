@@ -7,11 +7,10 @@ are kept in the test's temporary folder. Every untrusted string is escaped.
 
 from __future__ import annotations
 
-import os
-
 import csv
 import io
 import json
+import os
 import shutil
 from pathlib import Path
 

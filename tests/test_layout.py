@@ -14,8 +14,9 @@ from llm_bench.results import load_results
 PACKAGE = Path(__file__).resolve().parents[1] / "llm_bench"
 
 # Which layer may import which: a module never imports from a layer above its own.
-LAYERS = ["support", "quality", "testbed", "engines", "results", "plan", "gpu", "workloads", "diagnostics", "runner",
-          "report", "sweep", "demo", "tune", "capacity", "cli"]
+LAYERS = ["support", "quality", "validation", "prompts", "testbed", "engines", "results", "preset_args", "tables",
+          "gpu", "provenance", "diagnostics", "workloads", "plan", "runner", "report", "sweep", "demo", "tune", "soak",
+          "power", "capacity", "cli"]
 
 
 def imports_of(path: Path) -> set[str]:
@@ -37,6 +38,19 @@ def test_no_module_of_the_package_imports_from_tests() -> None:
     offenders = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
                  if any(m == "tests" or m.startswith("tests.") for m in imports_of(p))]
     assert offenders == []
+
+
+def defines_something(path: Path) -> bool:
+    return any(isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign))
+               for node in ast.parse(path.read_text()).body)
+
+
+def test_every_module_has_a_layer_and_a_line_in_docs_layout() -> None:
+    layout = (PACKAGE.parent / "docs" / "layout.md").read_text()
+    modules = [p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" or defines_something(p)]
+    names = [p.relative_to(PACKAGE) for p in modules]
+    assert sorted({n.parts[0].removesuffix(".py") for n in names} - {"__init__", "__main__"} - set(LAYERS)) == []
+    assert [str(n) for n in names if f"`{n}`" not in layout] == []
 
 
 def test_no_module_reaches_back_up() -> None:

@@ -9,10 +9,9 @@ from llm_bench.engines import open_engine
 from llm_bench.engines.stream import ChatRequest
 from llm_bench.plan import Plan, Protocol
 from llm_bench.report import load_rows, markdown_table
-from llm_bench.results import load_results
+from llm_bench.results import AliasRecord, load_results
 from llm_bench.runner import RunAborted, run_plan
 from llm_bench.workloads.concurrency import concurrency, simultaneous
-from llm_bench.results import AliasRecord
 
 
 def test_router_killed_during_run_3_of_5_keeps_runs_1_and_2(router_factory, bed, tmp_path):

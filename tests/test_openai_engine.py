@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from llm_bench.cli import main
 from llm_bench.engines.metrics import parse_prometheus, prefix_cache_counters, spec_counters
 from llm_bench.plan import ApiKeySource, Plan, PlanError, Protocol
-from llm_bench.runner import run_plan
 from llm_bench.results import load_results
+from llm_bench.runner import run_plan
 from llm_bench.testbed.presets import render_presets_ini
 from tests.fake_vllm import FakeVllm, FakeVllmConfig
 

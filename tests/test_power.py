@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from llm_bench.cli import main
 from llm_bench.gpu.nvml import Nvml, PowerLimitError
-from llm_bench.gpu.power import LimitResult, restore_leftover, state_path, sweep
+from llm_bench.power.limits import LimitResult, restore_leftover, state_path, sweep
 from llm_bench.support.poll import poll_until
 from tests.fake_nvml import FakeGpu, FakeNvml, read_state, use_in_subprocesses, write_state
 

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from llm_bench.engines.completion import CompletionRequest, parse_completion
 from llm_bench.engines.openai import OpenAIEngine
 from llm_bench.plan import Protocol
 from llm_bench.report import load_rows, markdown_table
-from llm_bench.report.quality import agreement, control_for, quality_rows
 from llm_bench.report.rows import Row
 from llm_bench.results import (
     AliasRecord,
@@ -23,6 +20,7 @@ from llm_bench.results import (
     load_results,
 )
 from llm_bench.workloads.quality import code_found, load_quality_set, quality, recall_prompt, trim_answer
+from llm_bench.workloads.quality.score import agreement, control_for, quality_rows
 from tests.fake_vllm import FakeVllm, FakeVllmConfig
 
 
@@ -175,8 +173,8 @@ def test_the_openai_engine_gets_token_ids_from_vllms_format_and_a_unique_salt():
 
 def test_the_chart_marks_configurations_whose_answers_differ(tmp_path: Path):
     from llm_bench.report.chart import draw_chart
-    from llm_bench.report.quality import quality_marks
     from llm_bench.results import RunRecord
+    from llm_bench.workloads.quality.score import quality_marks
 
     model = ["--model", "/m/smol.gguf"]
     ids = list(range(40))

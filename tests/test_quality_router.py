@@ -15,10 +15,10 @@ import pytest
 from llm_bench.demo import write_smollm2_bed
 from llm_bench.plan import Plan, Protocol
 from llm_bench.report import find_baseline, load_rows, markdown_table
-from llm_bench.report.quality import SPECULATION_CHANGED, quality_rows
 from llm_bench.results import load_results
 from llm_bench.runner import run_plan
 from llm_bench.testbed.router import RouterProcess, start_router
+from llm_bench.workloads.quality.score import SPECULATION_CHANGED, quality_rows
 
 PRESETS = ("smol-plain", "smol-self-draft", "smol-random-draft", "smol-kv-q4", "smol-synth")
 

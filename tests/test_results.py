@@ -12,8 +12,8 @@ from llm_bench.results import (
     load_results,
     percentile,
     results_stem,
+    spec_from_runs,
 )
-from llm_bench.workloads.common import spec_from_runs
 
 
 def record() -> AliasRecord:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-
 import pytest
 
-from llm_bench.report.chart import draw_chart
-from llm_bench.gpu.nvml import memory_bandwidth_gbs
 from llm_bench.engines.metrics import SpecCounters
-from llm_bench.report import Row, markdown_table
-from llm_bench.results import AliasRecord, RunRecord
 from llm_bench.gpu import roofline
+from llm_bench.gpu.nvml import memory_bandwidth_gbs
+from llm_bench.report import Row, markdown_table
+from llm_bench.report.chart import draw_chart
+from llm_bench.results import AliasRecord, RunRecord
 
 
 def test_bandwidth_formula_matches_published_figures():

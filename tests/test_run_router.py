@@ -14,8 +14,8 @@ from llm_bench.cli.exits import RAN_WITH_FAILURES
 from llm_bench.demo import DRAFT_MAX, SYNTH_LEN
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.plan import Plan, Protocol
-from llm_bench.runner import RunAborted, run_plan
 from llm_bench.results import load_results
+from llm_bench.runner import RunAborted, run_plan
 from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.testbed.router import free_port
 from tests.fake_nvml import FakeGpu, FakeNvml

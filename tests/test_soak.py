@@ -15,19 +15,19 @@ from click.testing import CliRunner
 from llm_bench.cli import main
 from llm_bench.diagnostics.gpu_errors import GpuErrorWatch, KernelLog
 from llm_bench.diagnostics.restarts import CounterWatch, Restart, RouterInstanceWatch
-from llm_bench.diagnostics.soak import (
+from llm_bench.engines import LlamaCppEngine, open_engine
+from llm_bench.gpu.nvml import Nvml
+from llm_bench.soak.report import markdown
+from llm_bench.soak.traffic import (
     SoakRequest,
     SoakResult,
     SoakSettings,
     analyse,
-    markdown,
     parse_mix,
     schedule,
     trend,
 )
-from llm_bench.diagnostics.soak import soak as run_soak
-from llm_bench.engines import open_engine
-from llm_bench.gpu.nvml import Nvml
+from llm_bench.soak.traffic import soak as run_soak
 from llm_bench.support.poll import poll_until
 from llm_bench.testbed.router import free_port
 from tests.fake_nvml import FakeNvml
@@ -238,7 +238,7 @@ def test_restart_counters_read_by_command(tmp_path):
 
 
 def test_what_a_tool_call_or_thinking_answer_must_hold():
-    from llm_bench.diagnostics.soak_requests import judge
+    from llm_bench.soak.requests import judge
 
     def answer(**message):
         return {"choices": [{"finish_reason": "tool_calls", "message": {"role": "assistant", **message}}]}
@@ -262,7 +262,7 @@ def test_the_image_sent_is_a_real_png():
 
     from matplotlib import image
 
-    from llm_bench.diagnostics.soak_requests import body
+    from llm_bench.soak.requests import body
 
     content = body("image", "m", 8, 1.0, 1)["messages"][0]["content"]
     url = content[1]["image_url"]["url"]
@@ -292,6 +292,7 @@ class _Broken:
     """An engine whose every request raises something other than ServerError."""
 
     kind = "llama-cpp"
+    capabilities = LlamaCppEngine.capabilities
     base_url = "http://127.0.0.1:1"
 
     def stream(self, request):
@@ -311,7 +312,7 @@ class _Broken:
 
 
 def test_an_unexpected_error_is_that_requests_failure_not_the_soaks_end():
-    from llm_bench.diagnostics import soak as s
+    from llm_bench.soak import traffic as s
 
     outcome = run_soak(_Broken(), "m", SoakSettings(30, 4, mix={"prose": 1, "concurrent": 1}))
     assert len(outcome.requests) == 4 and outcome.stopped_by == "max-requests"
@@ -346,8 +347,8 @@ def test_an_unreachable_server_could_not_run(tmp_path):
 
 
 def test_ctrl_c_exits_130_with_what_was_measured_saved(monkeypatch, tmp_path):
+    import llm_bench.soak.traffic as s
     from llm_bench.cli import options
-    import llm_bench.diagnostics.soak as s
 
     monkeypatch.setattr(options, "open_engine", lambda kind, url, **kw: _Broken())
 

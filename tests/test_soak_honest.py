@@ -16,10 +16,11 @@ from click.testing import CliRunner
 
 from llm_bench.cli import main
 from llm_bench.diagnostics.gpu_errors import GpuErrorWatch, KernelLog
-from llm_bench.diagnostics.soak import SoakRequest, SoakResult, SoakSettings, analyse, headline, markdown, trend
-from llm_bench.diagnostics.soak import soak as run_soak
 from llm_bench.engines import open_engine
 from llm_bench.gpu.nvml import Nvml
+from llm_bench.soak.report import headline, markdown
+from llm_bench.soak.traffic import SoakRequest, SoakResult, SoakSettings, analyse, trend
+from llm_bench.soak.traffic import soak as run_soak
 from llm_bench.support.stats import t_quantile
 from tests.fake_nvml import FakeNvml
 

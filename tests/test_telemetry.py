@@ -11,10 +11,10 @@ from click.testing import CliRunner
 
 from llm_bench.cli import main
 from llm_bench.gpu.nvml import GpuSample, Nvml, memory_bandwidth_gbs
-from llm_bench.plan import Plan, Protocol
-from llm_bench.runner import run_plan
-from llm_bench.results import load_results
 from llm_bench.gpu.telemetry import COUNTER, INTEGRATION, summarise
+from llm_bench.plan import Plan, Protocol
+from llm_bench.results import load_results
+from llm_bench.runner import run_plan
 from tests.fake_nvml import FakeGpu, FakeNvml
 
 ENERGY = "nvmlDeviceGetTotalEnergyConsumption"

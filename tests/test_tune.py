@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from llm_bench.plan import PlanError
+from llm_bench.plan import PlanError, Protocol
+from llm_bench.testbed.presets import PresetError, render_presets_ini
 from llm_bench.tune.adopt import nix_snippet, remeasure_command
 from llm_bench.tune.grid import expand, parse_axis
 from llm_bench.tune.plan import TunePlan, tune_plan_from_mapping, with_flags
 from llm_bench.tune.report import pareto_front
-from llm_bench.testbed.presets import PresetError, render_presets_ini
 from llm_bench.tune.serve import ServeError, free_main, load_errors, render_ini, restore_main
-from llm_bench.plan import Protocol
 
 SPEC = [{"name": "none", "spec-type": "none"},
         {"name": "self", "spec-type": "draft-simple", "model-draft": "/m/small.gguf"},
@@ -198,7 +197,6 @@ def test_pareto_front() -> None:
 def test_a_router_left_by_a_killed_tune_is_stopped_and_nothing_else(tmp_path) -> None:
     import subprocess
     import sys
-    import time
 
     from llm_bench.support.poll import poll_until
     from llm_bench.tune.serve import stop_leftover

@@ -42,9 +42,9 @@ class Rounds:
     meta: dict = field(default_factory=dict)
 
 
-def one_round(*entries: search.Entry, gate: QualityGate = QualityGate()) -> Rounds:
+def one_round(*entries: search.Entry, gate: QualityGate | None = None) -> Rounds:
     """Tuner.rounds over runs already measured: 3 runs each and one round, so nothing more is measured."""
-    plan = TunePlan(protocol=Protocol(runs=3), budget=Budget(max_rounds=1), quality=gate)
+    plan = TunePlan(protocol=Protocol(runs=3), budget=Budget(max_rounds=1), quality=gate or QualityGate())
     tuner = search.Tuner.__new__(search.Tuner)  # no router: everything it would measure is there
     tuner.plan, tuner.log, tuner.writer, tuner.tune_meta = plan, lambda _m: None, Writer(), {}
     tuner.entries, tuner.control = list(entries), entries[0]

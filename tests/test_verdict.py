@@ -211,6 +211,6 @@ def test_table_json_and_html_carry_each_verdict_with_its_interval():
     assert data["broken"]["verdict"] == "not comparable" and data["base"]["verdict"] == "baseline"
 
     page = render_html([result], "base", rows=rows)
-    for name, v in expected.items():
+    for v in expected.values():
         css = {FASTER: "v-faster", SLOWER: "v-slower", WITHIN_NOISE: "v-noise"}[v.kind]
         assert f'<td class="{css}">{v.kind} ({v.low:.2f}-{v.high:.2f}x, 90%)</td>' in page

@@ -6,6 +6,8 @@ from llm_bench.capacity.records import AliasCapacity, Level, Search
 from llm_bench.capacity.settings import Objective
 from llm_bench.results import Tail
 from llm_bench.support.numbers import fmt
+from llm_bench.tables import Cell, Table
+from llm_bench.tables import markdown as table_markdown
 
 STOPPED = {
     "max_requests": "the search's request bound (--max-requests) was reached",
@@ -69,7 +71,7 @@ def _cell(tail: Tail | None, digits: int = 1) -> str:
     return value if tail.label.startswith("p") else f"{tail.label} {value} (n={tail.samples})"
 
 
-def _row(level: Level, objective: Objective) -> str:
+def _cells(level: Level, objective: Objective) -> list[Cell]:
     j = level.judgement or level.judge(objective)
     if level.cut_short and j.meets is None:
         verdict = f"not judged ({level.cut_short})"
@@ -80,14 +82,20 @@ def _row(level: Level, objective: Objective) -> str:
     slots = level.slots
     queue = "-" if slots is None or not slots.samples else (
         f"{slots.busy_max}/{slots.slots} busy, {slots.waiting_max} waiting")
-    cells = [f"{level.level:g}", str(j.counted), _cell(j.decode_p10), fmt(j.decode_median), _cell(j.ttft_p95, 0),
+    texts = [f"{level.level:g}", str(j.counted), _cell(j.decode_p10), fmt(j.decode_median), _cell(j.ttft_p95, 0),
              fmt(j.ttft_median, 0), _cell(j.wait_ms_p95, 0), _cell(j.lag_p99, 2), fmt(j.throughput_per_min),
              fmt(j.goodput_per_min), queue, verdict]
-    return "| " + " | ".join(cells) + " |"
+    return [Cell(text) for text in texts]
 
 
-HEADER = ("| Level | Requests | Decode t/s p10 | median | TTFT ms p95 | median | Wait ms p95 | Client lag ms p99 "
-          "| Requests/min | Goodput/min | Slots | Verdict |")
+COLUMNS = ["Level", "Requests", "Decode t/s p10", "median", "TTFT ms p95", "median", "Wait ms p95",
+           "Client lag ms p99", "Requests/min", "Goodput/min", "Slots", "Verdict"]
+
+
+def levels_table(search: Search, objective: Objective) -> Table:
+    """One search's levels in the order measured."""
+    return Table(None, f"capacity-{search.loop}", COLUMNS, [_cells(level, objective) for level in search.levels],
+                 text_columns=frozenset({"Slots", "Verdict"}))
 
 
 def markdown(aliases: list[AliasCapacity], objective: Objective) -> str:
@@ -98,7 +106,6 @@ def markdown(aliases: list[AliasCapacity], objective: Objective) -> str:
     for alias in aliases:
         for search in alias.searches:
             unit = "streams" if search.loop == "closed" else "requests/min"
-            lines += ["", f"## {alias.alias}: {search.loop} loop (level = {unit})", "", HEADER,
-                      "|" + "---|" * (HEADER.count("|") - 1)]
-            lines += [_row(level, objective) for level in search.levels]
+            lines += ["", f"## {alias.alias}: {search.loop} loop (level = {unit})", "",
+                      table_markdown(levels_table(search, objective)).rstrip("\n")]
     return "\n".join(lines) + "\n"

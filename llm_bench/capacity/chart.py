@@ -26,7 +26,7 @@ def draw_capacity_chart(aliases: list[AliasCapacity], objective: Objective, path
     from matplotlib.ticker import MaxNLocator  # noqa: PLC0415 - charts are optional; keep the CLI quick to start
 
     with figure(path, nrows=len(rows), ncols=2, squeeze=False, figsize=(11, 3.6 * len(rows))) as (fig, axes):
-        for (alias, search), (left, right) in zip(rows, axes):
+        for (alias, search), (left, right) in zip(rows, axes, strict=True):
             levels = sorted((lv for lv in search.levels if lv.judgement is not None), key=lambda lv: lv.level)
             xs = [lv.level for lv in levels]
             xlabel = "concurrent streams (closed loop)" if search.loop == "closed" else "arrivals per minute (open loop)"
@@ -59,7 +59,7 @@ def _seconds(ms: float | None) -> float | None:
 def _panel(ax, xs, levels, tails, medians, goal, ylabel, tail_name, goal_label) -> None:
     ax.plot(xs, tails, "-", color="#1565c0", linewidth=1.2, label=tail_name)
     ax.plot(xs, medians, "--", color="#90a4ae", linewidth=1.0, label="median")
-    for x, y, level in zip(xs, tails, levels):
+    for x, y, level in zip(xs, tails, levels, strict=True):
         if y is not None:
             ax.scatter([x], [y], color=_colour(level), zorder=3, s=36)
     ax.axhline(goal, color="#000000", linestyle="-.", linewidth=0.9, label=goal_label)

@@ -18,9 +18,17 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime, timezone
+from typing import Any
 
 from llm_bench.capacity.records import (
-    COOLDOWN, OVERLOADED, WARMUP, WINDOW, Level, RequestRecord, SlotEvidence, request_record,
+    COOLDOWN,
+    OVERLOADED,
+    WARMUP,
+    WINDOW,
+    Level,
+    RequestRecord,
+    SlotEvidence,
+    request_record,
 )
 from llm_bench.capacity.settings import CapacitySettings
 from llm_bench.engines.base import Engine
@@ -121,10 +129,10 @@ class Phases:
 class _Requests:
     """The level's records and what is in flight, shared by the threads that send."""
 
-    def __init__(self, level: Level, origin: float, decode_source: str):
+    def __init__(self, level: Level, origin: float, server_decode_rate: bool):
         self.level = level
         self.origin = origin
-        self.decode_source = decode_source
+        self.server_decode_rate = server_decode_rate
         self.in_flight = 0
         self.unreachable: ServerUnreachable | None = None
         self._lock = threading.Lock()
@@ -137,7 +145,7 @@ class _Requests:
         try:
             m = engine.stream(request)
             record = request_record(m, level=self.level.level, phase=phase, scheduled=due, origin=self.origin,
-                                    decode_source=self.decode_source, stream=stream)
+                                    server_decode_rate=self.server_decode_rate, stream=stream)
         except Exception as e:  # noqa: BLE001 - every request keeps its own outcome; the level decides what it means
             record = RequestRecord(level=self.level.level, phase=phase, scheduled_s=due - self.origin,
                                    sent_s=called - self.origin, ended_s=clock() - self.origin, stream=stream,
@@ -172,7 +180,7 @@ def closed_level(engine: Engine, request: ChatRequest, streams: int, settings: C
     level = _level("closed", streams)
     origin = clock()
     phases = Phases(origin, settings, budget, warmup_s=max(settings.warmup_s, spread_s))
-    requests = _Requests(level, origin, engine.decode_source)
+    requests = _Requests(level, origin, engine.capabilities.server_decode_rate)
 
     def run(i: int) -> None:
         due = origin + spread_s * i / streams
@@ -207,7 +215,7 @@ def open_level(engine: Engine, request: ChatRequest, rate_per_min: float, settin
     arrivals = random.Random(settings.arrival_seed)
     origin = clock()
     phases = Phases(origin, settings, budget)
-    requests = _Requests(level, origin, engine.decode_source)
+    requests = _Requests(level, origin, engine.capabilities.server_decode_rate)
     threads: list[threading.Thread] = []
 
     def one(phase: str, due: float) -> None:
@@ -290,6 +298,6 @@ class _watching:
         if self._context is not None:
             self._level.slots = self._context.__enter__()
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         if self._context is not None:
             self._context.__exit__(*exc)

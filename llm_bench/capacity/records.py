@@ -60,8 +60,9 @@ class RequestRecord:
 
 
 def request_record(m: StreamMeasurement, *, level: float, phase: str, scheduled: float, origin: float,
-                   decode_source: str, stream: int | None = None) -> RequestRecord:
-    """A finished stream as a record; ``origin`` is the level's start on the same clock as ``m``."""
+                   server_decode_rate: bool, stream: int | None = None) -> RequestRecord:
+    """A finished stream as a record; ``origin`` is the level's start on the same clock as ``m``;
+    ``server_decode_rate``: the engine's decode rate is the server's own (its capabilities say)."""
     timings = m.timings or {}
     sent = m.written_at if m.written_at is not None else m.sent_at
     ttft_ms = None if m.ttft_s is None else m.ttft_s * 1000.0
@@ -71,7 +72,7 @@ def request_record(m: StreamMeasurement, *, level: float, phase: str, scheduled:
         level=level, phase=phase, scheduled_s=scheduled - origin, sent_s=sent - origin,
         lag_ms=max(0.0, (sent - scheduled) * 1000.0),
         ended_s=None if m.done_at is None else m.done_at - origin, stream=stream, ttft_ms=ttft_ms,
-        decode_tps=server_tps if decode_source == "server timings" else m.client_decode_tps,
+        decode_tps=server_tps if server_decode_rate else m.client_decode_tps,
         server_decode_tps=server_tps, client_decode_tps=m.client_decode_tps,
         decode_ms=timings.get("predicted_ms"), prompt_ms=prompt_ms,
         wait_ms=None if ttft_ms is None or prompt_ms is None else ttft_ms - prompt_ms,

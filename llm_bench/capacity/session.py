@@ -14,7 +14,7 @@ from typing import Any
 from llm_bench.capacity.answer import amount, answer_sentence
 from llm_bench.capacity.loops import Budget, LevelAborted, LevelInterrupted, clock, closed_level, open_level
 from llm_bench.capacity.records import PROBE, AliasCapacity, Level, RequestRecord, Search, request_record
-from llm_bench.capacity.search import next_rate, next_streams, bracket
+from llm_bench.capacity.search import bracket, next_rate, next_streams
 from llm_bench.capacity.settings import CapacityPlan, CapacitySettings, Objective
 from llm_bench.capacity.slots import SlotWatch
 from llm_bench.engines import Engine, open_engine, select_models
@@ -23,7 +23,7 @@ from llm_bench.engines.stream import ChatRequest
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.plan import Protocol
 from llm_bench.results import reserve_path, results_stem, write_toml
-from llm_bench.runner import provenance
+from llm_bench.runner import run_meta
 from llm_bench.workloads.common import chat_request
 
 FORMAT = "llm-bench-capacity/1"
@@ -67,14 +67,14 @@ class _File:
         write_toml(self.run.path, {"meta": meta, "aliases": [a.to_toml() for a in self.run.aliases]})
 
 
-def uncheckable(probe: RequestRecord, decode_source: str) -> str | None:
+def uncheckable(probe: RequestRecord, server_decode_rate: bool) -> str | None:
     """What the probe's answer lacks for the objective to be checked, in words; None when nothing."""
     if probe.error is not None:
         return None  # a failed probe is a failure, not a missing figure
     if probe.ttft_ms is None:
         return "the answer streamed no token, so there is no TTFT"
     if probe.decode_tps is None:
-        if decode_source == "server timings":
+        if server_decode_rate:
             return "the server reported no timings.predicted_per_second, so per-stream decode t/s is unknown"
         return ("the server reported no usage.completion_tokens (stream_options.include_usage), so per-stream "
                 "decode t/s cannot be computed from the stream")
@@ -89,7 +89,7 @@ def probe(engine: Engine, request: ChatRequest) -> list[RequestRecord]:
         start = clock()
         m = engine.stream(request)
         records.append(request_record(m, level=0, phase=PROBE, scheduled=m.sent_at, origin=start,
-                                      decode_source=engine.decode_source))
+                                      server_decode_rate=engine.capabilities.server_decode_rate))
     return records
 
 
@@ -134,6 +134,7 @@ class _Searcher:
         measure = self._measurer(search.loop, watch, spread_s)
         try:
             while True:
+                value: float | None  # streams (a whole number) for the closed loop, a rate for the open
                 if search.loop == "closed":
                     value, why = next_streams(outcomes, int(search.ceiling or self.settings.max_streams))
                 else:
@@ -213,7 +214,7 @@ def run_capacity(cplan: CapacityPlan, log: Log, nvml: Nvml | None = None) -> Cap
     try:
         with nvml or Nvml() as gpus:
             aliases = select_models(engine, plan.aliases)
-            run.meta = provenance(replace(plan, protocol=protocol), engine, gpus, started_at) | {
+            run.meta = run_meta(replace(plan, protocol=protocol), engine, gpus, started_at) | {
                 "format": FORMAT, "capacity": settings.to_toml(),
                 "objective": {"min_stream_tps": objective.min_stream_tps, "max_ttft_s": objective.max_ttft_s}}
             results = _File(run, plan.output_dir, results_stem(started_at, f"capacity-{plan.label}".rstrip("-")), log)
@@ -233,7 +234,7 @@ def run_capacity(cplan: CapacityPlan, log: Log, nvml: Nvml | None = None) -> Cap
 def _one_alias(engine: Engine, alias: str, protocol: Protocol, settings: CapacitySettings, objective: Objective,
                budget: Budget, run: CapacityRun, results: _File, log: Log) -> None:
     request = chat_request(alias, protocol, protocol.prompt)
-    record = AliasCapacity(alias, engine.kind, engine.decode_source)
+    record = AliasCapacity(alias, engine.kind, engine.capabilities.decode_source)
     try:
         probes = probe(engine, request)
     except ServerUnreachable as e:
@@ -250,7 +251,7 @@ def _one_alias(engine: Engine, alias: str, protocol: Protocol, settings: Capacit
         results.save()
         return
     record.probes = probes
-    missing = uncheckable(probes[-1], engine.decode_source)
+    missing = uncheckable(probes[-1], engine.capabilities.server_decode_rate)
     if missing:
         message = f"the objective cannot be checked on {alias}: {missing}"
         if run.path is None:

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from llm_bench.plan import PLAN_KEYS, Plan, PlanError, check_fields, plan_from_mapping
+from llm_bench.plan import PLAN_KEYS, Plan, plan_from_mapping
+from llm_bench.validation import PlanError, check_fields, check_keys
 
 LOOPS = ("closed", "open")
 # A level whose client lag (p99 of sent - scheduled) is above this share of the TTFT objective measured the
@@ -91,9 +92,7 @@ CAPACITY_KEYS = {f.name for f in fields(CapacitySettings)}
 
 def settings_from_mapping(data: dict[str, Any], base: CapacitySettings = CapacitySettings(),
                           where: str = "[capacity]") -> CapacitySettings:
-    unknown = sorted(set(data) - CAPACITY_KEYS)
-    if unknown:
-        raise PlanError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(CAPACITY_KEYS))}")
+    check_keys(where, data, CAPACITY_KEYS)
     try:
         return replace(base, **data)
     except PlanError as e:

@@ -12,14 +12,14 @@ from llm_bench.cli.capacity import capacity
 from llm_bench.cli.demo import demo
 from llm_bench.cli.doctor import doctor
 from llm_bench.cli.engine import engine
-from llm_bench.cli.gpu import power
 from llm_bench.cli.options import log
+from llm_bench.cli.power import power
 from llm_bench.cli.report import report, telemetry
 from llm_bench.cli.run import run
 from llm_bench.cli.soak import soak
 from llm_bench.cli.sweep import sweep
 from llm_bench.cli.tune import tune
-from llm_bench.gpu.power import restore_leftover
+from llm_bench.power.limits import restore_leftover
 
 
 @click.group()

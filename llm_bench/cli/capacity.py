@@ -7,10 +7,15 @@ from pathlib import Path
 
 import click
 
-from llm_bench.capacity.answer import markdown
-from llm_bench.capacity.chart import draw_capacity_chart
-from llm_bench.capacity.session import CapacityAborted, ObjectiveUncheckable, run_capacity
-from llm_bench.capacity.settings import LOOPS, CapacityPlan, CapacitySettings, capacity_plan_from_mapping, settings_from_mapping
+from llm_bench.capacity.command import run_capacity_command
+from llm_bench.capacity.session import CapacityAborted, ObjectiveUncheckable
+from llm_bench.capacity.settings import (
+    LOOPS,
+    CapacityPlan,
+    CapacitySettings,
+    capacity_plan_from_mapping,
+    settings_from_mapping,
+)
 from llm_bench.cli.exits import Aborted, CouldNotRun, Interrupted, RanWithFailures
 from llm_bench.cli.options import api_key_source, apply_protocol_flags, default_of, list_option, log, server_options
 from llm_bench.engines.errors import ServerError
@@ -90,21 +95,13 @@ def capacity(url, engine, api_key_file, api_key_env, metrics_url, metrics_key, p
             api_key=api_key_source(api_key_file, api_key_env) or plan.api_key,
             metrics_url=metrics_url or plan.metrics_url, metrics_key=metrics_key or plan.metrics_key)
         settings.objective()
-        run = run_capacity(CapacityPlan(plan, settings), log)
+        done = run_capacity_command(CapacityPlan(plan, settings), log, chart_path)
     except (PlanError, ChartError, ObjectiveUncheckable, ServerError) as e:
         raise CouldNotRun(str(e)) from e
     except CapacityAborted as e:
         raise Aborted(str(e)) from e
     except KeyboardInterrupt:
         raise Interrupted("interrupted; every level measured is in the results file named above") from None
-    log(f"Results written to {run.path}")
-    click.echo(markdown(run.aliases, run.objective), nl=False)
-    if chart_path is not None:
-        try:
-            draw_capacity_chart(run.aliases, run.objective, chart_path)
-            log(f"Chart written to {chart_path}")
-        except ChartError as e:
-            log(f"no chart: {e}")
-    if run.failed:
-        raise RanWithFailures("; ".join(run.failed))
-
+    click.echo(done.table, nl=False)
+    if done.failed:
+        raise RanWithFailures("; ".join(done.failed))

@@ -8,12 +8,11 @@ import click
 
 from llm_bench.cli.exits import CouldNotRun, RanWithFailures
 from llm_bench.cli.options import list_option, log, open_server, server_options
-from llm_bench.diagnostics.doctor import DoctorSettings, diagnose
+from llm_bench.diagnostics.doctor import DoctorSettings, run_doctor
 from llm_bench.diagnostics.findings import ERROR, WARNING
 from llm_bench.diagnostics.gpu_errors import KernelLog
-from llm_bench.diagnostics.server_log import LogSource, journal_available
+from llm_bench.diagnostics.server_log import log_source
 from llm_bench.engines.errors import ServerError
-from llm_bench.gpu.nvml import Nvml
 
 DEFAULTS = DoctorSettings()
 
@@ -55,12 +54,9 @@ def doctor(url, engine, api_key_file, api_key_env, metrics_url, metrics_key, ali
                               model_bytes, max_tokens, tuple(config_files),
                               KernelLog(file=kernel_log, command=kernel_log_command),
                               since.astimezone() if since else None, build)
-    source = (LogSource(file=log_file) if log_file else LogSource(command=log_command) if log_command
-              else LogSource.journal() if journal_available() else None)
     server = open_server(url, engine, api_key_file, api_key_env, metrics_url, metrics_key)
     try:
-        with Nvml() as nvml:
-            findings = diagnose(server, nvml, source, settings, log)
+        findings = run_doctor(server, settings, log_source(log_file, log_command), log)
     except ServerError as e:
         raise CouldNotRun(str(e)) from e
     finally:

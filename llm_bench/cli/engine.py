@@ -10,7 +10,6 @@ import click
 from llm_bench.cli.exits import CouldNotRun, RanWithFailures
 from llm_bench.cli.options import URL, api_key_source, log
 from llm_bench.engines.errors import ServerError
-from llm_bench.plan import ApiKeySource, PlanError
 from llm_bench.engines.switch import (
     DEFAULT_ROUTER_URL,
     HYPERQWEN_MODEL,
@@ -25,6 +24,7 @@ from llm_bench.engines.switch import (
     hyperqwen_engine,
     tear_down,
 )
+from llm_bench.plan import ApiKeySource, PlanError
 
 API_KEY_ENV = "VLLM_API_KEY"
 
@@ -77,6 +77,9 @@ def switch_options(f):
                      help=f"File holding the bearer key (default: ${API_KEY_ENV}, else {API_KEY_ENV} in the env file)."),
         click.option("--api-key-env", help="Environment variable holding the bearer key (instead of --api-key-file)."),
         click.option("--router-url", type=URL, default=DEFAULT_ROUTER_URL, show_default=True, help="The llama.cpp router."),
+        click.option("--router-api-key-file", type=click.Path(dir_okay=False, path_type=Path),
+                     help="File holding the router's key, when it was started with --api-key (never logged)."),
+        click.option("--router-api-key-env", help="Environment variable holding the router's key (instead of the file)."),
         click.option("--free-gpu", "free_mode", type=click.Choice(["unload", "service", "none"]), default="unload",
                      show_default=True,
                      help="unload: unload the router's models through its API; service: stop/start its service."),
@@ -95,15 +98,20 @@ def switch_options(f):
 
 
 def build(directory, env_file, override, profile, up_command, down_command, url, model, api_key_file, api_key_env,
-          router_url, free_mode, stop_command, start_command, ready_timeout_s, router_timeout):
+          router_url, router_api_key_file, router_api_key_env, free_mode, stop_command, start_command,
+          ready_timeout_s, router_timeout):
     engine = hyperqwen_engine(
         directory, url=url, model=model or None, env_file=env_file or None, override=override,
         profile=profile, up_command=up_command, down_command=down_command,
         api_key=read_api_key(api_key_file, Path(directory) / env_file if env_file else None, api_key_env),
         ready_timeout_s=ready_timeout_s,
     )
+    try:
+        router_key = (api_key_source(router_api_key_file, router_api_key_env) or ApiKeySource()).read()
+    except PlanError as e:
+        raise CouldNotRun(str(e)) from e
     router = RouterSide(url=router_url, mode=free_mode, stop_command=stop_command,
-                        start_command=start_command, ready_timeout_s=router_timeout)
+                        start_command=start_command, ready_timeout_s=router_timeout, api_key=router_key)
     return engine, router
 
 

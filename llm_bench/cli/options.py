@@ -7,6 +7,7 @@ the same as in a plan file; defaults shown in help texts come from the code's ow
 
 from __future__ import annotations
 
+import types
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -14,10 +15,11 @@ from typing import Any
 import click
 
 from llm_bench.cli.exits import CouldNotRun
-from llm_bench.engines import DEFAULT_STREAMS, ENGINES, Engine, open_engine
-from llm_bench.plan import (
-    DEFAULT_URL, WORKLOADS, ApiKeySource, PlanError, Protocol, protocol_from_mapping, url_problem,
-)
+from llm_bench.engines import DEFAULT_ENGINE, DEFAULT_STREAMS, ENGINES, Engine, open_engine
+from llm_bench.plan import DEFAULT_URL, ApiKeySource, PlanError, Protocol, protocol_from_mapping
+from llm_bench.validation import FieldError, describe, url_problem
+from llm_bench.workloads import NAMES, REGISTRY
+from llm_bench.workloads.base import Flag, Workload
 
 DEFAULTS = Protocol()
 
@@ -28,7 +30,11 @@ def log(message: str) -> None:
 
 def default_of(name: str) -> str:
     """A protocol default as a help text shows it."""
-    value = getattr(DEFAULTS, name)
+    return shown(getattr(DEFAULTS, name))
+
+
+def shown(value: Any) -> str:
+    """A default as a help text shows it."""
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, tuple):
@@ -120,11 +126,7 @@ def protocol_options(f):
         click.option("--timeout", "request_timeout_s", type=float,
                      help=f"Seconds before a request counts as failed (default {default_of('request_timeout_s')})."),
         list_option("--workload", "workloads",
-                    help=f"Workloads to run per alias: {', '.join(WORKLOADS)} (default {default_of('workloads')})."),
-        list_option("--categories",
-                    help=f"Prompt categories for the categories workload (default {default_of('categories')})."),
-        list_option("--concurrency",
-                    help=f"Simultaneous requests for the concurrency workload (default {default_of('concurrency')})."),
+                    help=f"Workloads to run per alias: {', '.join(NAMES)} (default {default_of('workloads')})."),
         click.option("--prompt-cache/--no-prompt-cache", "prompt_cache", default=None,
                      help="Let the server reuse a cached prompt prefix in measured requests (default "
                           f"{default_of('prompt_cache')}: every request processes its whole prompt)."),
@@ -134,10 +136,20 @@ def protocol_options(f):
                           "default: exactly --runs."),
         click.option("--max-runs", type=int,
                      help=f"The most runs --precision may take per alias (default {default_of('max_runs')})."),
-        click.option("--prefix-tokens", "prefix_prompt_tokens", type=int,
-                     help=f"Approximate prompt tokens for the prefix-cache workload "
-                          f"(default {default_of('prefix_prompt_tokens')})."),
+        *(workload_option(w, flag) for w in REGISTRY for flag in w.flags),
     ])
+
+
+def flag_dest(w: Workload[Any], flag: Flag) -> str:
+    """The parameter name a workload's flag arrives under."""
+    return f"{w.name.replace('-', '_')}__{flag.setting}"
+
+
+def workload_option(w: Workload[Any], flag: Flag):
+    text = f"{flag.help} (default {shown(getattr(w.settings(), flag.setting))})."
+    if flag.many:
+        return list_option(flag.name, flag_dest(w, flag), help=text)
+    return click.option(flag.name, flag_dest(w, flag), type=flag.item, help=text)
 
 
 def parse_fraction(text: str, flag: str, zero_ok: bool = False) -> float:
@@ -156,21 +168,32 @@ def _fraction_callback(_ctx: click.Context, param: click.Parameter, value: str |
     return None if value is None else parse_fraction(value, f"--{param.name.replace('_', '-')}")
 
 
-PROTOCOL_FLAGS = {f.name for f in fields(Protocol)} | {"prompt_file"}
+PROTOCOL_FLAGS = {f.name for f in fields(Protocol)} - {"settings"} | {"prompt_file"}
 
 
 def apply_protocol_flags(protocol: Protocol, flags: dict[str, Any]) -> Protocol:
     given = {k: v for k, v in flags.items() if k in PROTOCOL_FLAGS and v is not None and v != ()}
-    if "concurrency" in given:
-        try:
-            given["concurrency"] = tuple(int(n) for n in given["concurrency"])
-        except ValueError as e:
-            raise PlanError(f"--concurrency takes whole numbers, e.g. 1,2,4,8 ({e})") from e
     prompt_file = given.pop("prompt_file", None)
     protocol = protocol_from_mapping(given, base=protocol, where="command line")
     if prompt_file is not None:
         protocol = protocol_from_mapping({"prompt_file": str(prompt_file)}, base=protocol, where="--prompt-file")
+    for w in REGISTRY:
+        for flag in w.flags:
+            value = flags.get(flag_dest(w, flag))
+            if value is not None and value != ():
+                protocol = protocol.with_settings(w, {flag.setting: _items(flag, value)}, {flag.setting: flag.name})
     return protocol
+
+
+def _items(flag: Flag, value: Any) -> Any:
+    """A list flag's items, each of the flag's type."""
+    if not flag.many:
+        return value
+    try:
+        return tuple(flag.item(item) for item in value)
+    except ValueError as e:
+        listed = types.GenericAlias(tuple, (flag.item, ...))
+        raise FieldError(flag.name, f"takes {describe(listed)}, e.g. {flag.example} ({e})") from e
 
 
 def open_server(url: str | None, engine: str | None, api_key_file: Path | None, api_key_env: str | None,
@@ -182,5 +205,5 @@ def open_server(url: str | None, engine: str | None, api_key_file: Path | None, 
         key = (api_key_source(api_key_file, api_key_env) or ApiKeySource()).read()
     except PlanError as e:
         raise CouldNotRun(str(e)) from e
-    return open_engine(engine or "llama-cpp", url or DEFAULT_URL, timeout=timeout, api_key=key,
+    return open_engine(engine or DEFAULT_ENGINE, url or DEFAULT_URL, timeout=timeout, api_key=key,
                        metrics_url=metrics_url, metrics_key=bool(metrics_key), streams=streams)

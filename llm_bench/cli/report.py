@@ -9,15 +9,16 @@ import click
 from llm_bench.cli.exits import CouldNotRun
 from llm_bench.cli.options import log, parse_fraction
 from llm_bench.gpu.telemetry import draw_telemetry_chart
-from llm_bench.report import find_baseline, markdown_table, rows_of
+from llm_bench.report import find_baseline, load_sets, markdown_table, rows_of
 from llm_bench.report.chart import draw_chart
 from llm_bench.report.export import to_csv, to_json
 from llm_bench.report.html import write_html
 from llm_bench.report.rows import load_inputs
-from llm_bench.report.table import markdown, power_table
+from llm_bench.report.table import power_table, telemetry_table
 from llm_bench.report.verdict import MIN_EFFECT
-from llm_bench.results import ResultsFileError, load_results
+from llm_bench.results import ResultsFileError
 from llm_bench.support.plotting import ChartError
+from llm_bench.tables import Row, markdown
 
 
 @click.command()
@@ -66,32 +67,15 @@ def report(results, baseline, output_format, chart_path, html_path, min_effect, 
 @click.option("--title")
 def telemetry(results, chart_path, title) -> None:
     """Print the GPU telemetry summary of results files (peak VRAM, power, energy per token) and chart it."""
-    series = []
-    lines = ["| Configuration | Peak VRAM MiB | Mean power W | Max temp C | J/token | Tokens/J | Energy from |",
-             "|---|---|---|---|---|---|---|"]
     try:
-        for path in results:
-            for record in load_results(path).aliases:
-                t = record.telemetry
-                if not t:
-                    continue
-                series.append((record.configuration, t))
-
-                def cell(key, digits=1, reduce=max):
-                    value = t.get(key)
-                    if value is None:
-                        return "-"
-                    value = reduce(value) if isinstance(value, list) else value
-                    return f"{value:.{digits}f}"
-
-                lines.append(f"| {record.configuration} | {cell('peak_vram_mib', 0)} | {cell('mean_power_w', 1, sum)} | "
-                             f"{cell('max_temperature_c', 0)} | {cell('joules_per_token', 3)} | "
-                             f"{cell('tokens_per_joule', 3)} | {t.get('energy_source', '-')} |")
+        rows = [Row(r.configuration, r, r.target, r.engine) for s in load_sets(list(results)) for r in s.aliases]
     except ResultsFileError as e:
         raise CouldNotRun(str(e)) from e
-    if not series:
+    table = telemetry_table(rows)
+    if table is None:
         raise CouldNotRun("no record carries telemetry (NVML was not available during those runs)")
-    click.echo("\n".join(lines))
+    click.echo(markdown(table), nl=False)
     if chart_path:
-        draw_telemetry_chart(series, chart_path, title)
+        draw_telemetry_chart([(r.configuration, r.record.telemetry) for r in rows if r.record.telemetry], chart_path,
+                             title)
         log(f"Chart written to {chart_path}")

@@ -8,7 +8,14 @@ from pathlib import Path
 import click
 
 from llm_bench.cli.exits import Aborted, CouldNotRun, Interrupted, RanWithFailures
-from llm_bench.cli.options import api_key_source, apply_protocol_flags, list_option, log, protocol_options, server_options
+from llm_bench.cli.options import (
+    api_key_source,
+    apply_protocol_flags,
+    list_option,
+    log,
+    protocol_options,
+    server_options,
+)
 from llm_bench.engines.errors import ServerError
 from llm_bench.plan import Checks, Plan, PlanError, load_plan_file, plan_from_mapping
 from llm_bench.report import load_rows, markdown_table

@@ -2,41 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from pathlib import Path
 
 import click
 
 from llm_bench.cli.exits import CouldNotRun, Interrupted, RanWithFailures
-from llm_bench.cli.gpu import run_meta
 from llm_bench.cli.options import DEFAULTS, default_of, log, open_server, server_options
-from llm_bench.diagnostics import soak as s
-from llm_bench.diagnostics.gpu_errors import GpuErrorWatch, KernelLog
-from llm_bench.diagnostics.restarts import (
-    CounterWatch,
-    RestartWatch,
-    RouterInstanceWatch,
-)
-from llm_bench.diagnostics.server_log import JOURNAL_UNIT, journal_available
-from llm_bench.engines import select_models
+from llm_bench.diagnostics.gpu_errors import KernelLog
+from llm_bench.diagnostics.server_log import JOURNAL_UNIT
 from llm_bench.engines.errors import ServerError
-from llm_bench.gpu.nvml import Nvml
-from llm_bench.plan import DEFAULT_URL
-from llm_bench.results import reserve_path, results_stem, write_toml
+from llm_bench.soak import report, traffic
+from llm_bench.soak.command import SoakInterrupted, Watching, choose_model, problems, run_soak
 
-DEFAULT_MIX = ",".join(f"{k}={v}" for k, v in s.DEFAULT_MIX.items())
-
-
-def restart_watches(server, unit: str | None, container: str | None) -> list[RestartWatch]:
-    watches: list[RestartWatch] = []
-    if server.kind == "llama-cpp":
-        watches.append(RouterInstanceWatch(server.base_url, server.auth_headers()))
-    unit = unit or (JOURNAL_UNIT if journal_available() else None)
-    if unit:
-        watches.append(CounterWatch.systemd(unit))
-    if container:
-        watches.append(CounterWatch.container(container))
-    return watches
+DEFAULT_MIX = ",".join(f"{k}={v}" for k, v in traffic.DEFAULT_MIX.items())
 
 
 @click.command()
@@ -48,7 +26,7 @@ def restart_watches(server, unit: str | None, container: str | None) -> list[Res
 @click.option("--burst", type=int, default=4, show_default=True, help="Streams in each concurrent burst.")
 @click.option("--long-tokens", type=int, default=4000, show_default=True, help="Approximate long-prompt tokens.")
 @click.option("--mix", default=DEFAULT_MIX, show_default=True,
-              help=f"Request kinds and their weights, e.g. prose=2,tool=1 (kinds: {', '.join(s.KINDS)}); "
+              help=f"Request kinds and their weights, e.g. prose=2,tool=1 (kinds: {', '.join(traffic.KINDS)}); "
                    "kinds not named are not sent.")
 @click.option("--unit", help=f"systemd unit whose restarts count (default: {JOURNAL_UNIT} when it is active).")
 @click.option("--container", help="Container whose restarts count (docker inspect RestartCount), e.g. for HyperQwen.")
@@ -68,49 +46,32 @@ def soak(url, engine, api_key_file, api_key_env, metrics_url, metrics_key, alias
     failures by kind, restarts, new GPU errors, percentiles and drift.
 
     Exits 1 above --max-failures failures, or on any restart or new GPU error."""
-    url = url or DEFAULT_URL
     try:
-        settings = s.SoakSettings(duration_s, max_requests, max_tokens, burst, long_tokens, mix=s.parse_mix(mix))
+        settings = traffic.SoakSettings(duration_s, max_requests, max_tokens, burst, long_tokens,
+                                        mix=traffic.parse_mix(mix))
         settings.check()
     except ValueError as e:
         raise click.BadParameter(str(e)) from e
-    path = None
     server = open_server(url, engine, api_key_file, api_key_env, metrics_url, metrics_key, timeout_s, streams=burst)
     try:
-        with Nvml() as nvml:
-            try:
-                model = alias or select_models(server, ())[0]
-                if alias:
-                    select_models(server, (alias,))
-            except ServerError as e:  # unreachable, or the alias is not listed: nothing was measured
-                raise CouldNotRun(str(e)) from e
-            log(f"Soaking {model} at {url} for at most {duration_s:.0f} s / {max_requests} requests (mix {mix})")
-            meta = run_meta("soak", url, nvml) | {"alias": model, "max_tokens": max_tokens, "complete": False}
-            path = reserve_path(output_dir, results_stem(datetime.now(timezone.utc), f"soak-{model}"))
-            log(f"Results: {path}")
-            result = s.SoakResult()
-            try:
-                s.soak(server, model, settings, nvml=nvml, restarts=restart_watches(server, unit, container),
-                       gpu_errors=GpuErrorWatch(nvml, KernelLog(kernel_log, kernel_log_command)), log=log,
-                       result=result, checkpoint=lambda r: write_toml(path, {"meta": meta, "soak": r.to_toml()}))
-                meta["complete"] = True
-            except KeyboardInterrupt:
-                result.stopped_by = "interrupted"
-                raise
-            finally:  # Ctrl-C or a crash: what was measured stays on disk, marked incomplete
-                write_toml(path, {"meta": meta, "soak": result.to_toml()})
+        try:
+            model = choose_model(server, alias)
+        except ServerError as e:  # unreachable, or the alias is not listed: nothing was measured
+            raise CouldNotRun(str(e)) from e
+        log(f"Soaking {model} at {server.base_url} for at most {duration_s:.0f} s / {max_requests} requests (mix {mix})")
+        result, _path = run_soak(server, model, settings, Watching(unit, container, KernelLog(kernel_log,
+                                                                                               kernel_log_command)),
+                                 output_dir, log)
+    except SoakInterrupted as e:
+        raise Interrupted(f"interrupted; what was measured is in {e.path}") from None
     except KeyboardInterrupt:
-        raise Interrupted(f"interrupted; what was measured is in {path}" if path else "interrupted") from None
+        raise Interrupted("interrupted") from None
     finally:
         server.close()
-    log(f"Results written to {path}")
-    click.echo(s.markdown(result), nl=False)
+    click.echo(report.markdown(result), nl=False)
     if chart_path:
-        s.draw_soak_chart(result, chart_path)
+        report.draw_soak_chart(result, chart_path)
         log(f"Chart written to {chart_path}")
-    failed = sum(result.failures.values())
-    problems = ([f"{failed} request(s) failed (allowed: {max_failures})"] if failed > max_failures else []) \
-        + ([f"{result.restart_count} server restart(s)"] if result.restart_count else []) \
-        + ([f"{result.gpu_error_count} new GPU error(s)"] if result.gpu_error_count else [])
-    if problems:
-        raise RanWithFailures("; ".join(problems))
+    failed = problems(result, max_failures)
+    if failed:
+        raise RanWithFailures("; ".join(failed))

@@ -7,15 +7,11 @@ from pathlib import Path
 
 import click
 
+from llm_bench.cli.exits import CouldNotRun, Interrupted, RanWithFailures
 from llm_bench.cli.options import apply_protocol_flags, log, protocol_options
 from llm_bench.engines.errors import ServerError
 from llm_bench.plan import PlanError, load_plan_file
-from llm_bench.cli.exits import CouldNotRun, Interrupted, RanWithFailures
-from llm_bench.report import find_baseline, load_sets, markdown_table, rows_of, summary
-from llm_bench.report.html import write_html
-from llm_bench.report.chart import draw_chart
-from llm_bench.support.plotting import ChartError
-from llm_bench.sweep import SweepError, default_baseline, run_sweep, sweep_plan_from_mapping
+from llm_bench.sweep import SweepError, report_sweep, run_sweep, sweep_plan_from_mapping
 
 
 @click.command()
@@ -39,25 +35,7 @@ def sweep(plan_file, baseline, **flags) -> None:
                                    "run the same command again to resume") from None
     if outcome.merged is None:
         raise RanWithFailures("nothing was measured: " + "; ".join(f"{k}: {v}" for k, v in outcome.failures.items()))
-    sets = load_sets([outcome.merged])
-    rows = rows_of(sets)
-    try:
-        base = find_baseline(rows, baseline or default_baseline(plan))
-    except ValueError as e:
-        log(f"no baseline: {e}")
-        base = None
-    table = markdown_table(rows, base)
-    text = summary(rows, base, outcome.failures)
-    (plan.output_dir / "report.md").write_text(text + "\n" + table)
-    try:
-        draw_chart(rows, plan.output_dir / "chart.png", base, "Decode speed by configuration, all targets")
-    except ChartError as e:
-        log(f"no chart: {e}")
-    write_html(plan.output_dir / "report.html", sets, base.configuration if base else None, rows=rows,
-               title="llm-bench sweep: decode speed by configuration", failures=outcome.failures)
-    click.echo(text + "\n" + table)
-    log(f"Merged results: {outcome.merged}\nReport: {plan.output_dir / 'report.md'}\nChart: {plan.output_dir / 'chart.png'}"
-        f"\nHTML report: {plan.output_dir / 'report.html'}")
+    click.echo(report_sweep(plan, outcome.merged, outcome.failures, baseline, log))
     if outcome.failures:
         raise RanWithFailures(f"{len(outcome.failures)} target(s) failed: {', '.join(outcome.failures)}; "
                                    "fix them and run the same command again to measure only what is missing")

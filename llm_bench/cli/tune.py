@@ -10,7 +10,13 @@ import click
 
 from llm_bench.cli.exits import Aborted, CouldNotRun, Interrupted
 from llm_bench.cli.options import (
-    URL, UrlParam, api_key_source, apply_protocol_flags, list_option, log, protocol_options,
+    URL,
+    UrlParam,
+    api_key_source,
+    apply_protocol_flags,
+    list_option,
+    log,
+    protocol_options,
 )
 from llm_bench.engines.errors import ServerError
 from llm_bench.plan import ApiKeySource, PlanError

@@ -4,18 +4,17 @@ a measured record) to findings. Gathering the evidence is ``doctor.py``'s and ``
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from llm_bench.diagnostics.findings import ERROR, INFO, WARNING, Finding
+from llm_bench.diagnostics.settings import Checks
 from llm_bench.engines.metrics import parse_prometheus
 from llm_bench.gpu import roofline
 from llm_bench.gpu.nvml import Nvml, PcieLink, VramReading, XidEvent
-from llm_bench.plan import Checks
 from llm_bench.results import AliasRecord
-from llm_bench.workloads.common import check_acceptance_trap
 
 # llama.cpp src/llama-model.cpp: LLAMA_LOG_INFO("%s: offloaded %d/%d layers to GPU\n", ...)
 OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
@@ -72,7 +71,7 @@ def check_offload(log_text: str, gpu_count: int, source: str = "the server log")
     saw_load = False
     for alias, lines in instance_lines(log_text).items():
         who = f"{alias}: " if alias else ""
-        offloads = [(line, OFFLOADED.search(line)) for line in lines if OFFLOADED.search(line)]
+        offloads = [(line, found) for line in lines if (found := OFFLOADED.search(line))]
         saw_load = saw_load or any(MODEL_LOADING.search(line) for line in lines) or bool(offloads)
         if offloads:
             line, m = offloads[-1]
@@ -179,7 +178,7 @@ def check_power_floor(nvml: Nvml, floor_w: float | None) -> list[Finding]:
 def check_roofline(record: AliasRecord, min_fraction: float = Checks.roofline_min) -> list[Finding]:
     s = record.summary("decode_tps")
     frac = roofline.fraction(s.median if s else None, record.roofline_tps)
-    if frac is None or frac >= min_fraction:
+    if s is None or frac is None or frac >= min_fraction or not record.roofline_tps or not record.model_bytes:
         return []
     return [Finding(
         "roofline", WARNING,
@@ -188,6 +187,28 @@ def check_roofline(record: AliasRecord, min_fraction: float = Checks.roofline_mi
         f"{record.model_bytes / 1e9:.2f} GB per token), below {min_fraction:.0%}.",
         "look for layers on the CPU (offload check), a missing FlashAttention kernel, eager mode, a low power limit, "
         "or a CPU-bound sampler; a healthy single-stream decode reaches well over half the roofline")]
+
+
+# Below this acceptance rate a drafting server is rejecting (nearly) every draft token.
+ACCEPTANCE_TRAP_RATE = 0.01
+
+
+def check_acceptance_trap(record: AliasRecord, log: Callable[[str], None]) -> None:
+    """A drafting server that accepts (nearly) nothing: a warning on the record, and said at once."""
+    spec = record.spec
+    if spec is None or not spec.draft_tokens or (spec.acceptance_rate or 0.0) >= ACCEPTANCE_TRAP_RATE:
+        return
+    length = spec.mean_acceptance_length
+    message = (
+        f"ACCEPTANCE TRAP: the server drafted {spec.draft_tokens:.0f} tokens and accepted "
+        f"{spec.accepted_tokens:.0f} ({spec.acceptance_rate:.1%}"
+        + (f", mean acceptance length {length:.2f}" if length is not None else "")
+        + "): speculative decoding only costs time here. Known cause: the target runs in a different dtype "
+        "from the one the drafter was trained with (e.g. vLLM --dtype half instead of bfloat16); also check "
+        "that the drafter belongs to this target model."
+    )
+    record.warnings.append(message)
+    log("  !!! " + message)
 
 
 def check_acceptance(record: AliasRecord) -> list[Finding]:
@@ -330,7 +351,7 @@ def check_acceptance_log(log_text: str, source: str = "the server log") -> list[
         "made for this model, or turn speculative decoding off")]
 
 
-def check_prefix_caching(config: ServerConfig, preset_args: dict[str, Sequence[str]] | None = None) -> list[Finding]:
+def check_prefix_caching(config: ServerConfig, preset_args: Mapping[str, Sequence[str]] | None = None) -> list[Finding]:
     """Prefix caching off: every repeated prompt (the runs of one alias, the prefix-cache workload, a chat
     with a growing history) is prefilled from scratch."""
     fix_vllm = ("remove --no-enable-prefix-caching (vLLM >= 0.6 caches prefixes by default; HyperQwen: "
@@ -511,7 +532,7 @@ def is_control(args: Sequence[str]) -> bool:
     return not any(a == flag or (flag.endswith("-") and a.startswith(flag)) for a in args for flag in SPECULATIVE_ARGS)
 
 
-def check_fork_control(fork: str | None, preset_args: dict[str, Sequence[str]]) -> list[Finding]:
+def check_fork_control(fork: str | None, preset_args: Mapping[str, Sequence[str]]) -> list[Finding]:
     if fork is None:
         return []
     return [Finding(

@@ -30,8 +30,7 @@ from llm_bench.engines.errors import ServerError
 from llm_bench.engines.stream import ChatRequest
 from llm_bench.gpu import roofline
 from llm_bench.gpu.nvml import Nvml
-from llm_bench.results import AliasRecord
-from llm_bench.workloads.common import run_record, spec_from_runs
+from llm_bench.results import AliasRecord, run_record, spec_from_runs
 
 Log = Callable[[str], None]
 
@@ -54,10 +53,10 @@ class DoctorSettings:
 
 def probe_alias(engine: Engine, alias: str, max_tokens: int = 64, log: Log = lambda m: None) -> AliasRecord:
     """One short streamed request: drafting figures and a decode rate for the acceptance and roofline checks."""
-    record = AliasRecord(alias=alias, engine=engine.kind, decode_source=engine.decode_source)
+    record = AliasRecord(alias=alias, engine=engine.kind, decode_source=engine.capabilities.decode_source)
     before = engine.spec_counters(alias)
     run = run_record(engine.stream(ChatRequest(alias, "Write a Python function that merges two sorted lists.",
-                                               max_tokens, 1.0, 42)), engine.kind)
+                                               max_tokens, 1.0, 42)), engine)
     after = engine.spec_counters(alias)
     record.runs.append(run)
     record.spec = after.minus(before) if before and after else spec_from_runs(record.runs)
@@ -87,6 +86,12 @@ def kernel_findings(nvml: Nvml, settings: DoctorSettings) -> list[Finding]:
                         "run as root, or give --kernel-log FILE (e.g. saved `journalctl -k` output)")]
     return checks.check_xid(checks.xid_lines(text, settings.since), nvml.pci_indexes(),
                             settings.kernel_log.describe())
+
+
+def run_doctor(engine: Engine, settings: DoctorSettings, source: LogSource | None, log: Log) -> list[Finding]:
+    """``llm-bench doctor``: every check on this server and this machine's GPUs."""
+    with Nvml() as nvml:
+        return diagnose(engine, nvml, source, settings, log)
 
 
 def diagnose(engine: Engine, nvml: Nvml, source: LogSource | None, settings: DoctorSettings,

@@ -4,7 +4,7 @@ the NixOS marker, the llamAmpere fork, and the config files a container engine w
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -54,7 +54,7 @@ def marker_package(marker: dict | None, server_url: str) -> dict | None:
     return {k: v for k, v in facts.items() if isinstance(v, str)} or None
 
 
-def detect_fork(engine: Engine, presets: dict[str, Sequence[str]], named: str | None = None,
+def detect_fork(engine: Engine, presets: Mapping[str, Sequence[str]], named: str | None = None,
                 marker: Path = MARKER) -> str | None:
     """Where the llamAmpere fork shows: --build, the marker, /props build_info, or a preset's binary path."""
     try:

@@ -25,10 +25,10 @@ from llm_bench.diagnostics.evidence import detect_fork, router_presets
 from llm_bench.diagnostics.findings import INFO, Finding
 from llm_bench.diagnostics.gpu_errors import GpuErrorWatch, KernelLog, PcieWatch
 from llm_bench.diagnostics.server_log import log_source
+from llm_bench.diagnostics.settings import Checks
 from llm_bench.engines import Engine
 from llm_bench.gpu import roofline
 from llm_bench.gpu.nvml import Nvml
-from llm_bench.plan import Checks
 from llm_bench.results import AliasRecord
 
 Log = Callable[[str], None]
@@ -41,7 +41,7 @@ def before_the_run(engine: Engine, aliases: Sequence[str], settings: Checks, log
     presets = router_presets(engine)
     fork = detect_fork(engine, presets, settings.build, settings.marker)
     server: list[Finding] = []
-    if engine.kind == "openai":
+    if not engine.capabilities.presets:
         config = vllm_config(vllm_command_lines(), None, engine.metrics_text())
         server = check_dtype_with_speculation(config) + check_prefix_caching(config)
     for finding in server:
@@ -93,18 +93,18 @@ class InRunChecks:
         findings += check_xid(lines, self.nvml.pci_indexes(), self.gpu_errors.log.describe())
         return findings + check_xid_events(events)
 
-    def finish(self, records: list[AliasRecord]) -> list[Finding]:
+    def finish(self, records: list[AliasRecord], caching: Sequence[AliasRecord] = ()) -> list[Finding]:
+        """``caching``: the records of workloads that measure the server's prompt cache."""
         findings: list[Finding] = self.carried + check_power_floor(self.nvml, self.floor_w) + self._gpu_findings()
         text = self._read()
-        if text is not None:
+        if text is not None and self.source is not None:
             since = text[self._mark:] if len(text) >= self._mark else text  # a rotated log starts over
             where = f"the server log ({self.source.describe()})"
             findings += [f for f in check_offload(since, self.nvml.count(), where) if f.severity != INFO]
             findings += check_fa_fallback(since, where)
             findings += check_acceptance_log(since, where)
         # a workload that depends on a cached prefix, measured on a preset that turned the cache off
-        findings += check_prefix_caching(ServerConfig(), {r.alias: r.preset_args for r in records
-                                                          if r.workload == "prefix-cache" and r.preset_args})
+        findings += check_prefix_caching(ServerConfig(), {r.alias: r.preset_args for r in caching if r.preset_args})
         bandwidth = self.nvml.memory_bandwidth_gbs(0) if self.nvml.available else None
         for record in records:
             if bandwidth and record.preset_args:

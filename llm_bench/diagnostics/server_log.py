@@ -21,7 +21,7 @@ class LogSource:
     def read(self) -> str:
         if self.file is not None:
             return self.file.read_text(errors="replace")
-        result = subprocess.run(self.command, shell=True, capture_output=True, text=True, timeout=60,
+        result = subprocess.run(self.command or "true", shell=True, capture_output=True, text=True, timeout=60,
                                 errors="replace")
         return result.stdout
 

@@ -2,21 +2,47 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from llm_bench.engines.completion import Completion, CompletionRequest
 from llm_bench.engines.metrics import PrefixCacheCounters, SpecCounters
 from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a kind of server can do, so that callers ask the engine instead of branching on its kind."""
+
+    # Its models can be unloaded: each alias is made cold first (its load is timed) and unloaded after.
+    unload: bool
+    # The decode rate comes from the server's own per-request timings; else from the stream's clock.
+    server_decode_rate: bool
+    # It serves presets and reports each one's server arguments (a llama.cpp router); a server without
+    # presets is configured by its own command line (vLLM), which the checks read instead.
+    presets: bool
+    # An event stream of its model instances (/models/sse): their loads and exits are seen as they happen.
+    model_events: bool
+    # How the top-k log-probabilities of the tokens of a given text are had, where the server has them:
+    # "teacher-forced" (the text's token ids as the prompt, one new position per request with the prompt
+    # cache on: llama-server's /completion with n_probs) or "prompt" (every position in one request:
+    # vLLM's prompt_logprobs). The token-distribution comparison reads this.
+    top_logprobs: Literal["teacher-forced", "prompt"] | None
+
+    @property
+    def decode_source(self) -> str:
+        """Where a record's decode rate came from, as results files name it."""
+        return "server timings" if self.server_decode_rate else "stream"
+
+
 @runtime_checkable
 class Engine(Protocol):
-    """A server llm-bench measures. ``kind`` names it in results; ``decode_source`` says where
-    the decode rate comes from (the server's timings or the client's clock); ``cold_prompt`` how it
-    makes the server process a whole prompt (recorded in results as meta.protocol.cold_prompt)."""
+    """A server llm-bench measures. ``kind`` names it in results; ``capabilities`` says what it can do;
+    ``cold_prompt`` how it makes the server process a whole prompt (recorded in results as
+    meta.protocol.cold_prompt)."""
 
     kind: str
-    decode_source: str
+    capabilities: Capabilities
     cold_prompt: str
     base_url: str
 

@@ -10,11 +10,18 @@ import json
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
-from llm_bench.engines.errors import ServerError, ServerUnreachable, UnknownAlias
+from llm_bench.engines.errors import (
+    RequestRefused,
+    RequestTimeout,
+    ServerError,
+    ServerUnreachable,
+    StreamBroken,
+    UnknownAlias,
+)
 from llm_bench.engines.stream import ChatRequest, StreamMeasurement, measure_stream, server_sent_events
 from llm_bench.support.poll import poll_until
 
@@ -100,7 +107,7 @@ class OpenAIClient:
     def close(self) -> None:
         self.http.close()
 
-    def __enter__(self) -> OpenAIClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -119,13 +126,16 @@ class OpenAIClient:
             raise ServerUnreachable(
                 f"cannot connect to {self.base_url} ({e}); is the server running, and is --url right?"
             ) from e
+        except httpx.TimeoutException as e:
+            raise RequestTimeout(f"{method} {path} failed: {type(e).__name__}: {e}") from e
         except httpx.TransportError as e:
             raise ServerError(f"{method} {path} failed: {type(e).__name__}: {e}") from e
 
     def get_json(self, path: str, **params: Any) -> Any:
         response = self._request("GET", path, params=params or None)
         if response.status_code != 200:
-            raise ServerError(f"GET {self.base_url}{path}: {error_message(response)}{refused_hint(response)}")
+            raise RequestRefused(f"GET {self.base_url}{path}: {error_message(response)}{refused_hint(response)}",
+                                 response.status_code)
         try:
             return response.json()
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -140,11 +150,13 @@ class OpenAIClient:
             response = self._request("POST", path, json=body)
         except httpx.ConnectError as e:
             raise ServerUnreachable(f"cannot connect to {self.base_url} ({e})") from e
+        except httpx.TimeoutException as e:
+            raise RequestTimeout(f"POST {path} for {body.get('model')!r} failed: {type(e).__name__}: {e}") from e
         except httpx.TransportError as e:
             raise ServerError(f"POST {path} for {body.get('model')!r} failed: {type(e).__name__}: {e}") from e
         if response.status_code != 200:
-            raise ServerError(f"POST {path} for {body.get('model')!r}: {error_message(response)}"
-                              f"{refused_hint(response)}")
+            raise RequestRefused(f"POST {path} for {body.get('model')!r}: {error_message(response)}"
+                                 f"{refused_hint(response)}", response.status_code)
         try:
             return response.json()
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -178,13 +190,16 @@ class OpenAIClient:
             with self.http.stream("POST", path, json=body, extensions={"trace": trace}) as response:
                 if response.status_code != 200:
                     response.read()
-                    raise ServerError(f"{what}: {error_message(response)}{refused_hint(response)}")
+                    raise RequestRefused(f"{what}: {error_message(response)}{refused_hint(response)}",
+                                         response.status_code)
                 try:
                     measurement = measure_stream(server_sent_events(response), sent_at, what=what)
                     measurement.written_at = written[0] if written else None
                     return measurement
+                except httpx.TimeoutException as e:  # the server stopped sending for longer than the timeout
+                    raise RequestTimeout(f"{what}: stream broke: {type(e).__name__}: {e}") from e
                 except httpx.TransportError as e:
-                    raise ServerError(f"{what}: stream broke: {type(e).__name__}: {e}") from e
+                    raise StreamBroken(f"{what}: stream broke: {type(e).__name__}: {e}") from e
         except httpx.ConnectError as e:
             raise ServerUnreachable(f"cannot connect to {self.base_url} ({e})") from e
         except httpx.RemoteProtocolError as e:
@@ -193,7 +208,7 @@ class OpenAIClient:
             raise ServerError(f"{what}: no free connection in the client's pool (more streams than it was "
                               "sized for)") from e
         except httpx.TimeoutException as e:
-            raise ServerError(f"{what}: timed out after {time.perf_counter() - sent_at:.1f} s "
+            raise RequestTimeout(f"{what}: timed out after {time.perf_counter() - sent_at:.1f} s "
                               f"({type(e).__name__})") from e
         except httpx.TransportError as e:
             raise ServerError(f"{what}: request failed: {type(e).__name__}: {e}") from e
@@ -216,7 +231,8 @@ class RouterClient(OpenAIClient):
             found = (error_message(response) if response.status_code != 200
                      else f"HTTP 200 with {_body_kind(response)}, not the router's model list")
             if response.status_code not in (200, 404, 405):  # a router that answers with an error of its own
-                raise ServerError(f"GET {self.base_url}/models: {found}{refused_hint(response)}")
+                raise RequestRefused(f"GET {self.base_url}/models: {found}{refused_hint(response)}",
+                                     response.status_code)
             raise ServerError(f"{self.base_url} does not speak the llama.cpp router API: GET /models answered "
                               f"{found}; for an OpenAI-compatible server (vLLM, HyperQwen) use --engine openai")
         try:
@@ -233,7 +249,7 @@ class RouterClient(OpenAIClient):
     def _post_model(self, action: str, alias: str) -> None:
         response = self._request("POST", f"/models/{action}", json={"model": alias})
         if response.status_code != 200:
-            raise ServerError(f"{action} {alias!r}: {error_message(response)}")
+            raise RequestRefused(f"{action} {alias!r}: {error_message(response)}", response.status_code)
 
     def load(self, alias: str) -> None:
         self._post_model("load", alias)

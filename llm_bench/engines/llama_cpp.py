@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from llm_bench.engines.base import Capabilities
 from llm_bench.engines.client import DEFAULT_STREAMS, RouterClient, StatusWatcher
 from llm_bench.engines.completion import Completion, CompletionRequest, parse_completion
 from llm_bench.engines.metrics import PrefixCacheCounters, SpecCounters
@@ -13,7 +14,8 @@ from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 
 class LlamaCppEngine:
     kind = "llama-cpp"
-    decode_source = "server timings"
+    capabilities = Capabilities(unload=True, server_decode_rate=True, presets=True, model_events=True,
+                                top_logprobs="teacher-forced")
     cold_prompt = "cache_prompt = false"
 
     def __init__(self, url: str, timeout: float, api_key: str | None = None, load_timeout: float = 900.0,

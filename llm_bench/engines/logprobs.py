@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from llm_bench.engines.client import OpenAIClient
-from llm_bench.engines.errors import ServerError
+from llm_bench.engines.errors import RequestRefused, ServerError
 
 TopLogprobs = dict[int, float]  # token id -> natural log-probability
 
@@ -225,8 +225,10 @@ class VllmLogprobs:
     def next_token_logprobs(self, model: str, token_ids: Sequence[int], first: int, k: int) -> Forced:
         try:
             body = self.client.post_json("/v1/completions", self.request(model, token_ids, k))
-        except ServerError as e:
-            if "logprobs" in str(e):
+        except RequestRefused as e:
+            # the context was checked before (check_fits): a 400 refuses what else this request asks, its
+            # number of log-probabilities; the server's own words (e) say so
+            if e.status == 400:
                 raise MissingLogprobs(f"{model!r} refused {k} log-probabilities per position: {e}; vLLM allows "
                                       "at most its --max-logprobs (20 unless the server sets more): ask for "
                                       "fewer or raise it") from e
@@ -245,7 +247,7 @@ def check_same_tokens(reference: str, reference_ids: Sequence[int], model: str, 
     """The configuration must tokenise the text exactly as the reference does."""
     if list(reference_ids) == list(ids):
         return
-    at = next((i for i, (a, b) in enumerate(zip(reference_ids, ids)) if a != b), min(len(reference_ids), len(ids)))
+    at = next((i for i, (a, b) in enumerate(zip(reference_ids, ids, strict=False)) if a != b), min(len(reference_ids), len(ids)))
     raise TokenizerDiffers(
         f"{model!r} tokenises the reference text differently from {reference!r} ({len(ids)} tokens against "
         f"{len(reference_ids)}, first difference at token {at}): another vocabulary, so their token "

@@ -64,7 +64,7 @@ class SpecCounters:
     accepted_per_position: tuple[float, ...] = field(default=())
 
     def minus(self, before: SpecCounters) -> SpecCounters:
-        per_pos = tuple(a - b for a, b in zip(self.accepted_per_position, before.accepted_per_position))
+        per_pos = tuple(a - b for a, b in zip(self.accepted_per_position, before.accepted_per_position, strict=False))
         drafts = None if self.drafts is None or before.drafts is None else self.drafts - before.drafts
         return SpecCounters(self.draft_tokens - before.draft_tokens,
                             self.accepted_tokens - before.accepted_tokens, drafts, per_pos)

@@ -6,12 +6,12 @@ Prometheus ``/metrics`` counters where the server has them.
 
 from __future__ import annotations
 
-from typing import Any
-
 import uuid
+from typing import Any
 
 import httpx
 
+from llm_bench.engines.base import Capabilities
 from llm_bench.engines.client import DEFAULT_STREAMS, OpenAIClient, same_origin
 from llm_bench.engines.completion import Completion, CompletionRequest, parse_completion
 from llm_bench.engines.metrics import (
@@ -26,7 +26,8 @@ from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 
 class OpenAIEngine:
     kind = "openai"
-    decode_source = "stream"
+    capabilities = Capabilities(unload=False, server_decode_rate=False, presets=False, model_events=False,
+                                top_logprobs="prompt")
     cold_prompt = "a unique first line (nonce) and a unique cache_salt per request"
 
     def __init__(self, url: str, timeout: float, api_key: str | None = None, metrics_url: str | None = None,

@@ -16,7 +16,7 @@ from typing import Any
 
 from httpx_sse import EventSource, SSEError
 
-from llm_bench.engines.errors import ServerError
+from llm_bench.engines.errors import ServerError, StreamBroken
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,7 @@ def server_sent_events(response: Any, clock: Callable[[], float] = time.perf_cou
         for sse in EventSource(arrivals).iter_sse():  # type: ignore[arg-type]  # reads headers and iter_text only
             yield Event(sse.data, arrivals.arrived_at, sse.event)
     except SSEError as e:
-        raise ServerError(f"the server did not answer with an event stream: {e}") from e
+        raise StreamBroken(f"the server did not answer with an event stream: {e}") from e
 
 
 def _has_token(delta: dict[str, Any]) -> bool:
@@ -181,7 +181,7 @@ def measure_stream(events: Iterable[Event], sent_at: float, clock: Callable[[], 
             raise ServerError(f"{what}: the server sent an event that is not a JSON object: {event.data[:200]!r}")
         if "error" in chunk:
             err = chunk["error"]
-            raise ServerError(f"{what}: error in stream: {err.get('message', err) if isinstance(err, dict) else err}")
+            raise StreamBroken(f"{what}: error in stream: {err.get('message', err) if isinstance(err, dict) else err}")
         try:
             _take(m, chunk, event.arrived_at)
         except (AttributeError, TypeError, ValueError) as e:
@@ -189,7 +189,7 @@ def measure_stream(events: Iterable[Event], sent_at: float, clock: Callable[[], 
                               f"{event.data[:200]!r}") from e
     m.done_at = clock()
     if not finished and m.finish_reason is None:
-        raise ServerError(
+        raise StreamBroken(
             f"{what}: stream ended without a finish reason after {m.token_chunks} token chunks (dropped connection?)"
         )
     return m

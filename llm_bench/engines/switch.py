@@ -25,10 +25,10 @@ from typing import Literal
 
 import httpx
 
-from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 from llm_bench.engines.client import OpenAIClient, RouterClient
-from llm_bench.support.poll import poll_until
 from llm_bench.engines.errors import ServerError
+from llm_bench.engines.stream import ChatRequest, StreamMeasurement
+from llm_bench.support.poll import poll_until
 
 Log = Callable[[str], None]
 FreeMode = Literal["unload", "service", "none"]
@@ -79,9 +79,11 @@ class RouterSide:
     """The llama.cpp router that owns the GPU while the other engine is down.
 
     mode "unload": unload every loaded model through the router's API (needs no privileges;
-    a request that names a preset would load it again, so keep clients away meanwhile).
-    mode "service": run `stop_command` (e.g. stop llama-cpp.service), and `start_command`
-    to restore it. mode "none": leave the router alone.
+    a request that names a preset would load it again, so keep clients away meanwhile); with
+    `reload`, restoring loads them again and waits until they are, instead of leaving them to load
+    on their next request. mode "service": run `stop_command` (e.g. stop llama-cpp.service), and
+    `start_command` to restore it. mode "none": leave the router alone. `api_key`: the key of a
+    router started with --api-key, sent with every request to it.
     """
 
     url: str = DEFAULT_ROUTER_URL
@@ -90,6 +92,9 @@ class RouterSide:
     start_command: str = LLAMA_CPP_START
     ready_timeout_s: float = 120.0
     unload_timeout_s: float = 120.0
+    api_key: str | None = field(default=None, repr=False)
+    reload: bool = False
+    load_timeout_s: float = 900.0
 
 
 @dataclass(frozen=True)
@@ -186,21 +191,25 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def router_answers(url: str, timeout: float = 5.0) -> bool:
+def router_answers(url: str, timeout: float = 5.0, api_key: str | None = None) -> bool:
+    """The router is up: GET /models gets an answer of its own (200; or 401/403 from a router started with
+    --api-key when the key is missing or wrong, so that freeing it fails loudly instead of finding nothing)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        return httpx.get(f"{url.rstrip('/')}/models", timeout=timeout).status_code == 200
+        return httpx.get(f"{url.rstrip('/')}/models", headers=headers, timeout=timeout).status_code in (200, 401, 403)
     except httpx.HTTPError:
         return False
 
 
-def wait_for_router(url: str, timeout: float, poll: float = 0.5) -> None:
-    if not poll_until(lambda: router_answers(url) or None, timeout=timeout, interval=poll):
+def wait_for_router(url: str, timeout: float, poll: float = 0.5, api_key: str | None = None) -> None:
+    if not poll_until(lambda: router_answers(url, api_key=api_key) or None, timeout=timeout, interval=poll):
         raise SwitchError(f"the router at {url} did not answer GET /models within {timeout:.0f} s")
 
 
 def free_gpu(router: RouterSide, log: Log = _quiet) -> RouterState:
-    """Unload the router's models or stop its service; return what was done."""
-    running = router_answers(router.url)
+    """Unload the router's models or stop its service; return what was done. When unloading fails partway,
+    what was unloaded is restored before the error is raised."""
+    running = router_answers(router.url, api_key=router.api_key)
     state = RouterState(mode=router.mode, was_running=running)
     if router.mode == "none":
         log(f"leaving the router at {router.url} alone (--free-gpu none)")
@@ -212,17 +221,37 @@ def free_gpu(router: RouterSide, log: Log = _quiet) -> RouterState:
     if not running:
         log(f"router at {router.url} does not answer: nothing to unload")
         return state
-    with RouterClient(router.url, timeout=30.0) as client:
-        busy = [m for m in client.models() if m.status in ("loaded", "loading")]
-        for info in busy:
-            log(f"unloading {info.id} ({info.status})")
-            client.unload(info.id)
-            state.unloaded.append(info.id)
-        for info in busy:
-            client.wait_for_status(info.id, "unloaded", router.unload_timeout_s)
+    try:
+        with RouterClient(router.url, api_key=router.api_key, timeout=30.0) as client:
+            busy = [m for m in client.models() if m.status in ("loaded", "loading")]
+            for info in busy:
+                log(f"unloading {info.id} ({info.status})")
+                client.unload(info.id)
+                state.unloaded.append(info.id)
+            for info in busy:
+                client.wait_for_status(info.id, "unloaded", router.unload_timeout_s)
+    except ServerError:
+        reload_models(router, state, log)
+        raise
     if not busy:
         log("the router holds no loaded model")
     return state
+
+
+def reload_models(router: RouterSide, state: RouterState, log: Log = _quiet) -> None:
+    """Load again what `free_gpu` unloaded and wait until the router says so; a model that will not load is
+    said, not raised (the others still come back)."""
+    if not state.unloaded:
+        return
+    with RouterClient(router.url, api_key=router.api_key, timeout=60.0) as client:
+        for alias in state.unloaded:
+            log(f"restoring the router: loading {alias} again")
+            try:
+                if client.model(alias).status != "loaded":
+                    client.load(alias)
+                client.wait_for_status(alias, "loaded", router.load_timeout_s)
+            except ServerError as e:
+                log(f"restoring {alias} on {router.url} failed: {e}")
 
 
 def restore_router(router: RouterSide, state: RouterState | None = None, log: Log = _quiet) -> None:
@@ -239,8 +268,10 @@ def restore_router(router: RouterSide, state: RouterState | None = None, log: Lo
     elif state is not None and not state.was_running:
         return  # it was not running before; nothing to wait for
     log(f"waiting for the router at {router.url}")
-    wait_for_router(router.url, router.ready_timeout_s)
+    wait_for_router(router.url, router.ready_timeout_s, api_key=router.api_key)
     log("router is back")
+    if router.mode == "unload" and router.reload and state is not None:
+        reload_models(router, state, log)
 
 
 def served_model(client: OpenAIClient) -> str:

@@ -15,12 +15,13 @@ and stores the span's samples and summary on the record:
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from contextlib import contextmanager
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any
 
 from llm_bench.gpu.nvml import GpuSample, Nvml
@@ -122,12 +123,12 @@ def _by_gpu(samples: Sequence[GpuSample]) -> dict[int, list[GpuSample]]:
 
 def gpu_energy(series: Sequence[GpuSample]) -> tuple[float | None, str | None]:
     """Joules one GPU used over the series: counter delta, else the integral of power."""
-    counters = [s for s in series if s.energy_j is not None]
+    counters = [s.energy_j for s in series if s.energy_j is not None]
     if len(counters) >= 2 and len(counters) == len(series):
-        return counters[-1].energy_j - counters[0].energy_j, COUNTER
-    powered = [s for s in series if s.power_w is not None]
+        return counters[-1] - counters[0], COUNTER
+    powered = [(s.t, s.power_w) for s in series if s.power_w is not None]
     if len(powered) >= 2:
-        joules = sum((b.t - a.t) * (a.power_w + b.power_w) / 2 for a, b in zip(powered, powered[1:]))
+        joules = sum((tb - ta) * (pa + pb) / 2 for (ta, pa), (tb, pb) in itertools.pairwise(powered))
         return joules, INTEGRATION
     return None, None
 
@@ -161,12 +162,12 @@ def summarise(samples: Sequence[GpuSample], output_tokens: int, t0: float,
     summary["mean_mem_clock_mhz"] = column("mem_clock_mhz", _mean)
 
     energies = [gpu_energy(per_gpu[i]) for i in gpus]
-    if energies and all(j is not None for j, _ in energies):
-        total = sum(j for j, _ in energies)
-        sources = sorted({src for _, src in energies})
+    measured = [(j, src) for j, src in energies if j is not None and src is not None]
+    if energies and len(measured) == len(energies):
+        total = sum(j for j, _ in measured)
         summary["energy_j"] = total
-        summary["energy_source"] = " + ".join(sources)
-        summary["energy_source_per_gpu"] = [src for _, src in energies]
+        summary["energy_source"] = " + ".join(sorted({src for _, src in measured}))
+        summary["energy_source_per_gpu"] = [src for _, src in measured]
         summary["output_tokens"] = output_tokens
         if output_tokens and total > 0:
             summary["joules_per_token"] = total / output_tokens
@@ -197,11 +198,11 @@ def draw_telemetry_chart(series: Sequence[tuple[str, dict[str, Any]]], path: Pat
             for gpu in gpus:
                 points = [s for s in telemetry["samples"] if s["gpu"] == gpu]
                 label = name if len(gpus) == 1 else f"{name} GPU{gpu}"
-                for ax, (key, _) in zip(axes, PANELS):
+                for ax, (key, _) in zip(axes, PANELS, strict=True):
                     xy = [(s["t"], s[key]) for s in points if key in s]
                     if xy:
                         ax.plot([p[0] for p in xy], [p[1] for p in xy], "-", linewidth=1.2, label=label)
-        for ax, (_, label) in zip(axes, PANELS):
+        for ax, (_, label) in zip(axes, PANELS, strict=True):
             ax.set_ylabel(label)
             ax.spines[["top", "right"]].set_visible(False)
         axes[0].legend(loc="upper left", fontsize=7, ncol=2)

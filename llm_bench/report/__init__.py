@@ -8,22 +8,15 @@ chart, HTML page and exports built from them.
   ``export.py``: JSON and CSV
 """
 
+from llm_bench.preset_args import describe_preset, kv_types, parse_args, preset_facts, speculation
 from llm_bench.report.rows import (
-    Row,
-    acceptance_text,
     context_of,
-    describe_preset,
     find_baseline,
-    kv_types,
     load_rows,
     load_sets,
-    notes_of,
-    parse_args,
-    preset_facts,
     rows_from_sets,
     rows_of,
     sort_fastest_first,
-    speculation,
     speed_rows,
     speedup,
     speedup_text,
@@ -31,6 +24,7 @@ from llm_bench.report.rows import (
 )
 from llm_bench.report.summary import summary, summary_sections
 from llm_bench.report.table import all_tables, main_table, markdown_table
+from llm_bench.tables import Row, acceptance_text, notes_of
 
 __all__ = [
     "Row", "acceptance_text", "all_tables", "context_of", "describe_preset", "find_baseline", "kv_types",

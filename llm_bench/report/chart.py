@@ -5,9 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from llm_bench.report.quality import quality_marks
 from llm_bench.report.rows import (
-    Row,
     base_for,
     sort_fastest_first,
     speed_rows,
@@ -16,12 +14,15 @@ from llm_bench.report.rows import (
 )
 from llm_bench.report.verdict import FASTER, SLOWER, WITHIN_NOISE
 from llm_bench.support.plotting import ChartError, check_chart_path, figure
+from llm_bench.tables import Row
+from llm_bench.workloads import REGISTRY
 
 
 def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, title: str | None = None,
                min_effect: float | None = None) -> Path:
     check_chart_path(path)
     measured = [r for r in sort_fastest_first(speed_rows(rows)) if r.decode_tps is not None]
+    values = [r.decode_tps or 0.0 for r in measured]  # every one is measured
     if not measured:
         why = ("every alias failed" if speed_rows(rows) else
                "no speed workload (standard, categories) was measured; the chart draws decode rates")
@@ -30,16 +31,15 @@ def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, tit
     height = max(2.5, 0.55 * len(measured) + 1.4)
     with figure(path, dpi=150, figsize=(10, height)) as (fig, ax):
         positions = list(range(len(measured)))[::-1]  # fastest at the top
-        values = [r.decode_tps for r in measured]
         colours = ["#2b6cb0" if r.record.comparable and not r.record.errors else "#a0aec0" for r in measured]
         bars = ax.barh(positions, values, color=colours, height=0.7)
         verdicts = {} if baseline is None else {
             r.configuration: verdict_of(r, base_for(r, measured, baseline), min_effect).kind for r in measured}
-        for bar, r in zip(bars, measured):  # hatched: not distinguishable from the baseline
+        for bar, r in zip(bars, measured, strict=True):  # hatched: not distinguishable from the baseline
             if verdicts.get(r.configuration) == WITHIN_NOISE:
                 bar.set_hatch("///")
                 bar.set_edgecolor("white")
-        for r, pos in zip(measured, positions):
+        for r, pos in zip(measured, positions, strict=True):
             s = r.record.summary("decode_tps")
             if s is not None and s.max > s.min:
                 ax.errorbar(s.median, pos, xerr=[[s.median - s.min], [s.max - s.median]],
@@ -52,13 +52,13 @@ def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, tit
         edge = span * 1.3
         ax.set_xlim(0, edge)
 
-        quality = quality_marks(rows, baseline)
+        marks = {name: mark for w in REGISTRY if w.marks for name, mark in w.marks(rows, baseline).items()}
         for label in ax.get_yticklabels():  # a configuration whose answers differ from the reference's: red
-            if label.get_text() in quality:
+            if label.get_text() in marks:
                 label.set_color("#c53030")
-        for bar, r in zip(bars, measured):
+        for bar, r in zip(bars, measured, strict=True):
             y = bar.get_y() + bar.get_height() / 2
-            value = f"{r.decode_tps:.1f} t/s"
+            value = f"{r.decode_tps or 0.0:.1f} t/s"
             inside = bar.get_width() > top * 0.25
             if inside:  # the figure inside the bar, the comparison beyond the whisker
                 ax.text(bar.get_width() - top * 0.01, y, value, va="center", ha="right", fontsize=9,
@@ -77,13 +77,13 @@ def draw_chart(rows: Sequence[Row], path: Path, baseline: Row | None = None, tit
                 notes.append("not comparable")
             if any(w.startswith("ACCEPTANCE TRAP") for w in r.record.warnings):
                 notes.append("acceptance trap")
-            if r.configuration in quality:
-                notes.append("!! " + quality[r.configuration])
+            if r.configuration in marks:
+                notes.append("!! " + marks[r.configuration])
             ax.text(right, y, "  ".join(notes), va="center", ha="left", fontsize=9,
-                    color="#c53030" if r.configuration in quality else "black")
+                    color="#c53030" if r.configuration in marks else "black")
 
         marked = False
-        for r, pos in zip(measured, positions):  # the memory-bandwidth roofline of each configuration
+        for r, pos in zip(measured, positions, strict=True):  # the memory-bandwidth roofline of each configuration
             bound = r.record.roofline_tps
             if not bound:
                 continue

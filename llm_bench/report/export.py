@@ -12,9 +12,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from llm_bench.report.rows import PowerSweep, Row
-from llm_bench.report.table import Table, all_tables, main_table, power_table
+from llm_bench.report.rows import PowerSweep
+from llm_bench.report.table import all_tables, main_table, power_table
 from llm_bench.report.verdict import CONFIDENCE, MIN_EFFECT
+from llm_bench.tables import Row, Table
 
 JSON_FORMAT = "llm-bench-report/1"
 

@@ -22,13 +22,12 @@ from llm_bench.report.rows import (
     BASELINE,
     NOT_COMPARABLE,
     PowerSweep,
-    Row,
     find_baseline,
     rows_of,
     speed_rows,
 )
-from llm_bench.report.summary import Section, summary_sections
-from llm_bench.report.table import Table, main_table, section_tables
+from llm_bench.report.summary import summary_sections
+from llm_bench.report.table import main_table, section_tables
 from llm_bench.report.verdict import (
     CONFIDENCE,
     FASTER,
@@ -39,6 +38,7 @@ from llm_bench.report.verdict import (
 )
 from llm_bench.results import ResultSet
 from llm_bench.support.plotting import ChartError
+from llm_bench.tables import Row, Section, Table
 
 VERDICT_CLASS = {FASTER: "v-faster", SLOWER: "v-slower", WITHIN_NOISE: "v-noise", TOO_FEW_RUNS: "v-few",
                  NOT_COMPARABLE: "v-nc", BASELINE: "v-base"}
@@ -119,9 +119,6 @@ def _summary_html(sections: Sequence[Section]) -> str:
     return "\n".join(parts)
 
 
-# Columns whose cells are figures: right-aligned, "-" included, so digits line up.
-TEXT_COLUMNS = {"Configuration", "Engine", "Speculation", "KV", "Verdict", "Notes", "Cache evidence", "Energy from",
-                "Context", "Quality", "First difference", "Recall by length (tokens)", "Compared by"}
 # A table cell shows this much of a long note; the full text is its tooltip and is in the summary.
 NOTE_CHARS = 160
 
@@ -131,13 +128,13 @@ def table_html(table: Table, table_id: str) -> str:
     body = []
     for cells in table.rows:
         tds = []
-        for name, cell in zip(table.columns, cells):
+        for name, cell in zip(table.columns, cells, strict=True):
             classes, text, title = [], cell.text, ""
             if name == "Notes":
                 classes.append("notes")
                 if len(text) > NOTE_CHARS:
                     text, title = text[:NOTE_CHARS].rstrip() + " …", f' title="{_e(cell.text)}"'
-            elif name not in TEXT_COLUMNS:
+            elif name not in table.text_columns:
                 classes.append("num")
             kind = cell.values.get("verdict")
             if name == "Verdict" and kind in VERDICT_CLASS:
@@ -175,6 +172,14 @@ def _plain(value: Any) -> str:
     return str(value)
 
 
+def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A workload's own settings (a table in meta.protocol) as ``workload.setting``."""
+    out: dict[str, Any] = {}
+    for k, v in settings.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
 def _provenance_html(sets: Sequence[ResultSet], rows: Sequence[Row]) -> str:
     parts = ['<section id="provenance">', "<h2>Provenance</h2>"]
     for result_set in sets:
@@ -194,7 +199,7 @@ def _provenance_html(sets: Sequence[ResultSet], rows: Sequence[Row]) -> str:
         parts.append(f"<h3>{_e(label)}</h3>")
         parts.append('<dl class="kv">' + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in facts
                                                  if v is not None) + "</dl>")
-        protocol = meta.get("protocol") or {}
+        protocol = _flat(meta.get("protocol") or {})
         if protocol:
             items = "".join(f"<dt>{_e(k)}</dt><dd>{_e(_plain(v))}</dd>" for k, v in protocol.items())
             parts.append(f'<details open><summary>protocol ({len(protocol)} settings)</summary>'

@@ -7,108 +7,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from llm_bench.preset_args import preset_facts
 from llm_bench.report.verdict import Verdict, verdict
 from llm_bench.results import AliasRecord, ResultSet, ResultsFileError, load_results
+from llm_bench.tables import Row
+from llm_bench.workloads import REGISTRY
+from llm_bench.workloads.standard import STANDARD
 
+# The records the headline table, the chart and the verdicts compare: one stream at a time.
+SPEED_RECORDS = {w.record_name for w in REGISTRY if w.speed}
 # ``llm-bench power`` writes its sweeps in their own format; the report shows them in a section of their own.
 POWER_FORMAT = "llm-bench-power/1"
 
 
 @dataclass(frozen=True)
 class PowerSweep:
-    """One ``llm-bench power`` file: its provenance and one mapping per power limit (gpu.power.LimitResult)."""
+    """One ``llm-bench power`` file: its provenance and one mapping per power limit (power.limits.LimitResult)."""
 
     path: Path
     meta: dict
     limits: list[dict]
-
-# Long and short spellings llama-server accepts for the preset facts the table shows.
-ARG_NAMES = {
-    "ctx": ("--ctx-size", "-c"),
-    "cache_k": ("--cache-type-k", "-ctk"),
-    "cache_v": ("--cache-type-v", "-ctv"),
-    "spec_type": ("--spec-type",),
-    "draft_max": ("--spec-draft-n-max",),
-    "model_draft": ("--spec-draft-model", "--model-draft", "-md"),
-}
-
-
-def parse_args(args: Sequence[str]) -> dict[str, str]:
-    """Flag -> value for a llama-server argument list; bare flags map to ''."""
-    parsed: dict[str, str] = {}
-    i = 0
-    while i < len(args):
-        token = args[i]
-        if token.startswith("-"):
-            value = ""
-            if i + 1 < len(args) and not _is_flag(args[i + 1]):
-                value = args[i + 1]
-                i += 1
-            parsed[token] = value
-        i += 1
-    return parsed
-
-
-def _is_flag(token: str) -> bool:
-    return token.startswith("-") and not token.lstrip("-").replace(".", "", 1).isdigit()
-
-
-def preset_facts(args: Sequence[str]) -> dict[str, str]:
-    parsed = parse_args(args)
-    facts = {}
-    for fact, names in ARG_NAMES.items():
-        for name in names:
-            if name in parsed:
-                facts[fact] = parsed[name]
-                break
-    return facts
-
-
-def kv_types(args: Sequence[str]) -> str:
-    """K/V cache types, llama-server's default f16 where a preset leaves one out."""
-    facts = preset_facts(args)
-    return f"{facts.get('cache_k', 'f16')}/{facts.get('cache_v', 'f16')}"
-
-
-def speculation(args: Sequence[str]) -> str:
-    """The speculative-decoding setting: type and depth, "draft model", or "-" for none."""
-    facts = preset_facts(args)
-    spec = facts.get("spec_type")
-    if spec and spec != "none":
-        return f"{spec}" + (f" n={facts['draft_max']}" if "draft_max" in facts else "")
-    return "draft model" if "model_draft" in facts else "-"
-
-
-def describe_preset(args: Sequence[str]) -> str:
-    facts = preset_facts(args)
-    parts = []
-    if "cache_k" in facts or "cache_v" in facts:
-        parts.append(f"KV {kv_types(args)}")
-    spec = speculation(args)
-    if spec != "-":
-        parts.append(spec if spec == "draft model" else f"spec {spec}")
-    return ", ".join(parts) or "-"
-
-
-@dataclass(frozen=True)
-class Row:
-    configuration: str
-    record: AliasRecord
-    label: str
-    engine: str
-
-    @property
-    def decode_tps(self) -> float | None:
-        s = self.record.summary(self.decode_metric)
-        return None if s is None else s.median
-
-    @property
-    def decode_metric(self) -> str:
-        """The run field the row's decode rate comes from: the engine's, else the stream's."""
-        return "decode_tps" if self.record.summary("decode_tps") else "client_decode_tps"
-
-    def decode_values(self) -> list[float | None]:
-        return [getattr(run, self.decode_metric) for run in self.record.runs]
 
 
 def load_rows(paths: Sequence[Path]) -> list[Row]:
@@ -160,7 +78,7 @@ def rows_from_sets(sets: Sequence[ResultSet], qualify: bool) -> list[Row]:
 
 def speed_rows(rows: Sequence[Row]) -> list[Row]:
     """The rows the headline table and the chart compare: one stream at a time."""
-    return [r for r in rows if r.record.workload in ("standard", "category")]
+    return [r for r in rows if r.record.workload in SPEED_RECORDS]
 
 
 def sort_fastest_first(rows: Sequence[Row]) -> list[Row]:
@@ -175,7 +93,7 @@ def find_baseline(rows: Sequence[Row], baseline: str | None) -> Row | None:
         if baseline == row.configuration:
             return row
     for row in candidates:
-        if baseline == row.record.alias and row.record.workload == "standard":
+        if baseline == row.record.alias and row.record.workload == STANDARD.record_name:
             return row
     # measured with the quality workload only: its quality record is the reference the quality table needs
     for row in rows:
@@ -185,34 +103,8 @@ def find_baseline(rows: Sequence[Row], baseline: str | None) -> Row | None:
     raise ValueError(f"baseline {baseline!r} is not among the configurations: {names}")
 
 
-def _num(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
 def context_of(record: AliasRecord) -> str:
     return preset_facts(record.preset_args).get("ctx", "-")
-
-
-def notes_of(record: AliasRecord) -> str:
-    notes = []
-    if record.errors:
-        notes.append("FAILED: " + "; ".join(record.errors))
-    if not record.comparable:
-        notes.append(f"not comparable: {record.not_comparable_reason}")
-    notes.extend(record.warnings)
-    return " ".join(notes).replace("\n", " ")
-
-
-def acceptance_text(record: AliasRecord) -> str:
-    spec = record.spec
-    if spec is None or not spec.draft_tokens:
-        return "-"
-    text = f"{spec.acceptance_rate:.1%}"
-    if spec.mean_acceptance_length is not None:
-        text += f" (len {spec.mean_acceptance_length:.2f})"
-    return text
-
-
 
 
 def base_for(row: Row, rows: Sequence[Row], baseline: Row) -> Row:

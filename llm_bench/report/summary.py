@@ -7,25 +7,19 @@ renders them as Markdown and the HTML report escapes and renders the same sectio
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from llm_bench.report.rows import (
-    Row,
     base_for,
     sort_fastest_first,
     speed_rows,
     speedup_text,
     verdict_of,
 )
-from llm_bench.report.quality import quality_rows
-from llm_bench.report.table import num, verdict_text
+from llm_bench.report.table import verdict_text
 from llm_bench.report.verdict import FASTER, SLOWER, TOO_FEW_RUNS, WITHIN_NOISE
-
-
-@dataclass(frozen=True)
-class Section:
-    heading: str | None
-    items: list[str]
+from llm_bench.support.numbers import fmt
+from llm_bench.tables import Row, Section
+from llm_bench.workloads import REGISTRY
 
 
 def _against(rows: Sequence[Row], baseline: Row, min_effect: float | None) -> dict[str, list[str]]:
@@ -58,7 +52,7 @@ def summary_sections(rows: Sequence[Row], baseline: Row | None, failures: dict[s
             versus = " (the baseline)"
         head.append(f"fastest on {engine}: {row.configuration}, {row.decode_tps:.1f} t/s{versus}")
     if baseline is not None:
-        head.append(f"baseline: {baseline.configuration}, {num(baseline.decode_tps)} t/s")
+        head.append(f"baseline: {baseline.configuration}, {fmt(baseline.decode_tps)} t/s")
     sections = [Section(None, head)]
     if baseline is not None:
         kinds = _against(rows, baseline, min_effect)
@@ -74,10 +68,7 @@ def summary_sections(rows: Sequence[Row], baseline: Row | None, failures: dict[s
     warned = [f"{r.configuration}: {w}" for r in rows for w in r.record.warnings]
     if warned:
         sections.append(Section("Warnings", warned))
-    changed = [f"{q.configuration}: {q.flag_text() or (q.agreement.describe() if q.agreement else '')}"
-               for q in quality_rows(rows, baseline) if q.differs]
-    if changed:
-        sections.append(Section("Answers that differ from the reference (quality workload)", changed))
+    sections += [section for w in REGISTRY if w.summary for section in w.summary(rows, baseline)]
     failed = [f"{r.configuration}: {'; '.join(r.record.errors)}" for r in rows if r.record.errors]
     failed += [f"target {name}: {message}" for name, message in (failures or {}).items()]
     if failed:

@@ -11,28 +11,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from llm_bench.preset_args import kv_types, speculation
 from llm_bench.report.rows import (
     BASELINE,
     PowerSweep,
-    Row,
-    acceptance_text,
     base_for,
     context_of,
-    kv_types,
-    notes_of,
     sort_fastest_first,
-    speculation,
     speed_rows,
     speedup,
     verdict_of,
 )
 from llm_bench.report.verdict import Verdict
+from llm_bench.support.numbers import fmt
+from llm_bench.tables import Cell, Column, Row, Table, acceptance_cell, markdown, notes_of
+from llm_bench.workloads import REGISTRY
+from llm_bench.workloads.base import MainColumn
 
-
-@dataclass(frozen=True)
-class Cell:
-    text: str
-    values: dict[str, Any] = field(default_factory=dict)
+ADDED_COLUMNS = [w.column for w in REGISTRY if w.column is not None]
 
 
 @dataclass(frozen=True)
@@ -43,49 +39,18 @@ class Context:
     verdicts: dict[str, Verdict]
     with_roofline: bool
     bases: dict[str, Row] = field(default_factory=dict)  # what each row is compared with (rows.base_for)
-    quality: dict[str, Cell] = field(default_factory=dict)  # the quality column (report.quality), by configuration
-
-
-@dataclass(frozen=True)
-class Column:
-    name: str
-    cell: Callable[[Row, Context], Cell]
-    shown: Callable[[Context], bool] = lambda ctx: True
-
-
-@dataclass(frozen=True)
-class Table:
-    """A rendered table: its title (None for the main one), column names and cells, row by row."""
-
-    title: str | None
-    key: str
-    columns: list[str]
-    rows: list[list[Cell]]
-
-    def records(self) -> list[dict[str, Any]]:
-        """One mapping per row: every column's raw values, keyed (the JSON/CSV export)."""
-        return [{k: v for cell in cells for k, v in cell.values.items()} for cells in self.rows]
-
-    def keys(self) -> list[str]:
-        seen: dict[str, None] = {}
-        for cells in self.rows:
-            for cell in cells:
-                seen.update(dict.fromkeys(cell.values))
-        return list(seen)
-
-
-def num(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
+    # the columns workloads add (quality's), by name: each one's cells by configuration
+    added: dict[str, dict[str, Cell]] = field(default_factory=dict)
 
 
 def _summary_cell(row: Row, metric: str, key: str, digits: int = 1) -> Cell:
     s = row.record.summary(metric)
     value = None if s is None else s.median
-    return Cell(num(value, digits), {key: value})
+    return Cell(fmt(value, digits), {key: value})
 
 
 def _decode(row: Row, _ctx: Context) -> Cell:
-    return Cell(num(row.decode_tps), {"decode_tps_median": row.decode_tps, "decode_source": row.record.decode_source})
+    return Cell(fmt(row.decode_tps), {"decode_tps_median": row.decode_tps, "decode_source": row.record.decode_source})
 
 
 def _spread(row: Row, _ctx: Context) -> Cell:
@@ -120,7 +85,8 @@ def verdict_text(v: Verdict | None) -> str:
 
 def _verdict(row: Row, ctx: Context) -> Cell:
     v = ctx.verdicts.get(row.configuration)
-    values = {"verdict": None, "ratio": None, "ratio_low": None, "ratio_high": None, "confidence": None}
+    values: dict[str, Any] = {"verdict": None, "ratio": None, "ratio_low": None, "ratio_high": None,
+                              "confidence": None}
     if v is not None:
         values = {"verdict": v.kind, "ratio": v.ratio, "ratio_low": v.low, "ratio_high": v.high,
                   "confidence": v.confidence}
@@ -135,15 +101,6 @@ def _roofline(row: Row, _ctx: Context) -> Cell:
     return Cell(text, {"roofline_tps": bound})
 
 
-def _acceptance(row: Row, _ctx: Context) -> Cell:
-    spec = row.record.spec
-    drafted = spec is not None and bool(spec.draft_tokens)
-    return Cell(acceptance_text(row.record), {
-        "draft_acceptance": spec.acceptance_rate if drafted else None,
-        "mean_acceptance_length": spec.mean_acceptance_length if drafted else None,
-    })
-
-
 def _speculation(row: Row) -> Cell:
     text = speculation(row.record.preset_args)
     return Cell(text, {"speculation": None if text == "-" else text})
@@ -153,32 +110,30 @@ def _has_baseline(ctx: Context) -> bool:
     return ctx.baseline is not None
 
 
-MAIN_COLUMNS: list[Column] = [
-    Column("Configuration", lambda row, ctx: Cell(row.configuration, {"configuration": row.configuration})),
+MAIN_COLUMNS: list[Column[Context]] = [
+    Column("Configuration", lambda row, ctx: Cell(row.configuration, {"configuration": row.configuration}), text=True),
     Column("Engine", lambda row, ctx: Cell(
         f"{row.engine} ({'server' if row.record.decode_source == 'server timings' else 'stream'})",
-        {"engine": row.engine})),
-    Column("Speculation", lambda row, ctx: _speculation(row)),
+        {"engine": row.engine}), text=True),
+    Column("Speculation", lambda row, ctx: _speculation(row), text=True),
     Column("KV", lambda row, ctx: Cell(kv_types(row.record.preset_args) if row.record.preset_args else "-",
                                        {"kv_types": kv_types(row.record.preset_args)
-                                        if row.record.preset_args else None})),
-    Column("Draft accept", _acceptance),
+                                        if row.record.preset_args else None}), text=True),
+    Column("Draft accept", lambda row, ctx: acceptance_cell(row.record)),
     Column("Decode t/s", _decode),
     Column("min-max", _spread),
     Column("vs baseline", _versus, _has_baseline),
-    Column("Verdict", _verdict, _has_baseline),
+    Column("Verdict", _verdict, _has_baseline, text=True),
     Column("Runs", _runs),
     Column("Client t/s", lambda row, ctx: _summary_cell(row, "client_decode_tps", "client_decode_tps_median")),
     Column("Roofline t/s (reached)", _roofline, lambda ctx: ctx.with_roofline),
     Column("TTFT ms", lambda row, ctx: _summary_cell(row, "ttft_ms", "ttft_ms_median", 0)),
-    Column("Cold load s", lambda row, ctx: Cell(num(row.record.cold_load_s, 2), {"cold_load_s": row.record.cold_load_s})),
+    Column("Cold load s", lambda row, ctx: Cell(fmt(row.record.cold_load_s, 2), {"cold_load_s": row.record.cold_load_s})),
     Column("Context", lambda row, ctx: Cell(context_of(row.record), {
-        "context": None if context_of(row.record) == "-" else context_of(row.record)})),
-    Column("Quality", lambda row, ctx: ctx.quality.get(row.configuration, Cell("-", {"agreement": None})),
-           lambda ctx: bool(ctx.quality)),
+        "context": None if context_of(row.record) == "-" else context_of(row.record)}), text=True),
     Column("Notes", lambda row, ctx: Cell(notes_of(row.record), {
         "comparable": row.record.comparable, "not_comparable_reason": row.record.not_comparable_reason,
-        "errors": list(row.record.errors), "warnings": list(row.record.warnings)})),
+        "errors": list(row.record.errors), "warnings": list(row.record.warnings)}), text=True),
 ]
 
 
@@ -187,72 +142,29 @@ def context_for(rows: Sequence[Row], baseline: Row | None, min_effect: float | N
     bases = {} if baseline is None else {r.configuration: base_for(r, chosen, baseline) for r in chosen}
     verdicts = {name: verdict_of(r, bases[name], min_effect) for r in chosen for name in [r.configuration]
                 if name in bases}
-    from llm_bench.report.quality import quality_cells  # it renders with this module's Cell and Table
-
     return Context(baseline, verdicts, any(r.record.roofline_tps for r in chosen), bases,
-                   quality_cells(rows, baseline))
+                   {c.name: c.cells(rows, baseline) for c in ADDED_COLUMNS})
+
+
+def _added(column: MainColumn) -> Column[Context]:
+    return Column(column.name, lambda row, ctx: ctx.added[column.name].get(row.configuration, column.missing),
+                  lambda ctx: bool(ctx.added[column.name]), column.text)
+
+
+def main_columns() -> list[Column[Context]]:
+    """The main table's own columns, then those the workloads add, before Notes."""
+    *own, notes = MAIN_COLUMNS
+    return [*own, *(_added(c) for c in ADDED_COLUMNS), notes]
 
 
 def main_table(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> Table:
     """The comparison of one-stream configurations, fastest first."""
     ctx = context_for(rows, baseline, min_effect)
-    columns = [c for c in MAIN_COLUMNS if c.shown(ctx)]
+    columns = [c for c in main_columns() if c.shown(ctx)]
     name_of = {"vs baseline": f"vs {baseline.configuration}"} if baseline is not None else {}
     cells = [[c.cell(row, ctx) for c in columns] for row in sort_fastest_first(speed_rows(rows))]
-    return Table(None, "main", [name_of.get(c.name, c.name) for c in columns], cells)
-
-
-def _tail_cell(record, metric: str, q: int) -> Cell:
-    tail = record.tail(metric, q)
-    if tail is None:
-        return Cell("-", {f"{metric}_p{q}": None})
-    if tail.label == "max":
-        return Cell(f"max {tail.value:.0f} (n={tail.samples})", {f"{metric}_p{q}": None})
-    return Cell(f"{tail.value:.0f}", {f"{metric}_p{q}": tail.value})
-
-
-def concurrency_table(rows: Sequence[Row]) -> Table | None:
-    chosen = sorted((r for r in rows if r.record.workload == "concurrency"),
-                    key=lambda r: (r.label, r.record.alias, r.record.concurrency or 0))
-    if not chosen:
-        return None
-    # p90/p99 only where the samples are enough for them (results.min_samples); else the max, labelled
-    header = ["Configuration", "Concurrent", "Total t/s", "Per-request t/s p50", "TTFT ms p50", "TTFT ms p90",
-              "TTFT ms p99", "Draft accept", "Notes"]
-    lines = []
-    for row in chosen:
-        r = row.record
-        values = [r.total_tps, r.percentile("decode_tps", 50), r.percentile("ttft_ms", 50)]
-        keys = ["total_tps", "decode_tps_p50", "ttft_ms_p50"]
-        digits = [1, 1, 0]
-        lines.append([Cell(row.configuration, {"configuration": row.configuration}),
-                      Cell(str(r.concurrency), {"concurrency": r.concurrency})]
-                     + [Cell(num(v, d), {k: v}) for v, k, d in zip(values, keys, digits)]
-                     + [_tail_cell(r, "ttft_ms", 90), _tail_cell(r, "ttft_ms", 99)]
-                     + [_acceptance(row, None), Cell(notes_of(r), {"errors": list(r.errors)})])  # type: ignore[arg-type]
-    return Table("Concurrency", "concurrency", header, lines)
-
-
-def prefix_cache_table(rows: Sequence[Row]) -> Table | None:
-    chosen = [r for r in rows if r.record.workload == "prefix-cache"]
-    if not chosen:
-        return None
-    header = ["Configuration", "Prompt tokens", "TTFT cold ms", "TTFT repeated ms", "Speed-up", "Cache evidence",
-              "Notes"]
-    lines = []
-    for row in chosen:
-        r = row.record
-        cold, warm = r.prefix_cold_ttft_ms, r.prefix_warm_ttft_ms
-        ratio = cold / warm if cold and warm else None
-        prompt = r.runs[0].prompt_tokens if r.runs and r.runs[0].prompt_tokens else None
-        lines.append([Cell(row.configuration, {"configuration": row.configuration}),
-                      Cell("-" if prompt is None else str(prompt), {"prompt_tokens": prompt}),
-                      Cell(num(cold, 0), {"prefix_cold_ttft_ms": cold}),
-                      Cell(num(warm, 0), {"prefix_warm_ttft_ms": warm}),
-                      Cell("-" if ratio is None else f"{ratio:.1f}x", {"prefix_speedup": ratio}),
-                      Cell(r.prefix_evidence or "-", {"prefix_evidence": r.prefix_evidence}),
-                      Cell(notes_of(r), {"errors": list(r.errors)})])
-    return Table("Prefix caching", "prefix_cache", header, lines)
+    return Table(None, "main", [name_of.get(c.name, c.name) for c in columns], cells,
+                 frozenset(name_of.get(c.name, c.name) for c in columns if c.text))
 
 
 def telemetry_table(rows: Sequence[Row]) -> Table | None:
@@ -261,74 +173,64 @@ def telemetry_table(rows: Sequence[Row]) -> Table | None:
     if not chosen:
         return None
     header = ["Configuration", "Peak VRAM MiB", "Mean power W", "Max temp C", "J/token", "Tokens/J", "Energy from"]
-    fields = [("peak_vram_mib", max, 0), ("mean_power_w", sum, 1), ("max_temperature_c", max, 0),
-              ("joules_per_token", None, 3), ("tokens_per_joule", None, 3)]
+    # one figure per GPU becomes the peak, or the sum of power over GPUs
+    fields: list[tuple[str, Callable[[list[float]], float] | None, int]] = [
+        ("peak_vram_mib", max, 0), ("mean_power_w", sum, 1), ("max_temperature_c", max, 0),
+        ("joules_per_token", None, 3), ("tokens_per_joule", None, 3)]
     lines = []
     for row in chosen:
         t = row.record.telemetry or {}
         cells = [Cell(row.configuration, {"configuration": row.configuration})]
         for key, reduce, digits in fields:
             value = t.get(key)
-            if isinstance(value, list):  # one figure per GPU: the peak, or the sum of power over GPUs
+            if isinstance(value, list):
                 value = reduce(value) if value and reduce else None
-            cells.append(Cell(num(value, digits), {key: value}))
+            cells.append(Cell(fmt(value, digits), {key: value}))
         cells.append(Cell(str(t.get("energy_source", "-")), {"energy_source": t.get("energy_source")}))
         lines.append(cells)
-    return Table("GPU telemetry and energy", "telemetry", header, lines)
+    return Table("GPU telemetry and energy", "telemetry", header, lines,
+                 frozenset({"Configuration", "Energy from"}))
 
 
 def power_table(sweeps: Sequence[PowerSweep]) -> Table | None:
     """``llm-bench power`` sweeps: decode rate, energy and heat at each power limit."""
     if not sweeps:
         return None
-    header = ["Configuration", "Limit W", "Decode t/s", "Tokens/J", "Mean power W", "Max temp C", "SM clock MHz",
-              "Notes"]
-    fields = [("limit_w", 0), ("decode_tps", 1), ("tokens_per_joule", 3), ("mean_power_w", 1),
-              ("max_temperature_c", 0), ("mean_sm_clock_mhz", 0)]
+    header = ["Configuration", "Limit W", "Decode t/s", "Tokens/J", "J/token", "Mean power W", "Max temp C",
+              "SM clock MHz", "Energy from", "Notes"]
+    fields = [("limit_w", 0), ("decode_tps", 1), ("tokens_per_joule", 3), ("joules_per_token", 2),
+              ("mean_power_w", 1), ("max_temperature_c", 0), ("mean_sm_clock_mhz", 0)]
     lines = []
     for sweep in sweeps:
         name = str(sweep.meta.get("alias", sweep.path.name))
         for limit in sweep.limits:
+            figures = {k: v for k, v in limit.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            if figures.get("tokens_per_joule"):
+                figures["joules_per_token"] = 1.0 / figures["tokens_per_joule"]
             cells = [Cell(name, {"configuration": name})]
-            for key, digits in fields:
-                value = limit.get(key)
-                value = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-                cells.append(Cell(num(value, digits), {key: value}))
+            cells += [Cell(fmt(figures.get(key), digits), {key: figures.get(key)}) for key, digits in fields]
+            cells.append(Cell(str(limit.get("energy_source", "-")), {"energy_source": limit.get("energy_source")}))
             errors = [str(e) for e in limit.get("errors", [])]
             cells.append(Cell("FAILED: " + "; ".join(errors) if errors else "", {"errors": errors}))
             lines.append(cells)
-    return Table("Power limits", "power", header, lines)
+    return Table("Power limits", "power", header, lines, frozenset({"Configuration", "Energy from", "Notes"}))
 
 
 def all_tables(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> list[Table]:
     """The main table (when there is anything to compare), then one per extra workload measured."""
     main = main_table(rows, baseline, min_effect)
-    tables = [main] if main.rows else []
-    from llm_bench.report.quality import quality_table
+    return ([main] if main.rows else []) + workload_tables(rows, baseline)
 
-    return tables + [t for t in (concurrency_table(rows), prefix_cache_table(rows), quality_table(rows, baseline))
-                     if t is not None]
+
+def workload_tables(rows: Sequence[Row], baseline: Row | None) -> list[Table]:
+    """Each workload's own tables, in the registry's order."""
+    return [t for w in REGISTRY for t in w.tables(rows, baseline)]
 
 
 def section_tables(rows: Sequence[Row], power: Sequence[PowerSweep] = (), baseline: Row | None = None) -> list[Table]:
     """The tables after the main one that the HTML report shows: extra workloads (quality against the baseline),
     GPU telemetry, power sweeps."""
-    from llm_bench.report.quality import quality_table  # it renders with this module's Cell and Table
-
-    return [t for t in (concurrency_table(rows), prefix_cache_table(rows), quality_table(rows, baseline),
-                        telemetry_table(rows), power_table(power)) if t is not None]
-
-
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def markdown(table: Table) -> str:
-    out = ["| " + " | ".join(_md_cell(c) for c in table.columns) + " |",
-           "|" + "|".join("---" for _ in table.columns) + "|"]
-    out.extend("| " + " | ".join(_md_cell(c.text) for c in cells) + " |" for cells in table.rows)
-    text = "\n".join(out) + "\n"
-    return f"### {table.title}\n\n{text}" if table.title else text
+    return workload_tables(rows, baseline) + [t for t in (telemetry_table(rows), power_table(power)) if t is not None]
 
 
 def markdown_table(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> str:

@@ -102,7 +102,10 @@ def read_source_file(relative: str, log: Callable[[str], None] = print) -> str:
     """One file of the pinned llama.cpp tree (e.g. ``ggml/src/ggml-cuda/fattn.cu``), read from the sdist."""
     with tarfile.open(ensure_sdist(log)) as tar:
         (member,) = [m for m in tar.getmembers() if m.name.endswith("/llama.cpp/" + relative)]
-        return tar.extractfile(member).read().decode()
+        data = tar.extractfile(member)
+        if data is None:
+            raise FileNotFoundError(f"{relative} in the llama.cpp sdist is not a regular file")
+        return data.read().decode()
 
 
 def build_llama_server(log: Callable[[str], None] = print, jobs: int | None = None) -> Path:

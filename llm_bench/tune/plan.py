@@ -31,8 +31,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from llm_bench.plan import DEFAULT_URL, PlanError, Protocol, check_fields, load_plan_file, protocol_from_mapping
+from llm_bench.plan import DEFAULT_URL, PlanError, Protocol, load_plan_file, protocol_from_mapping
 from llm_bench.tune.grid import Axis, Candidate, GridError, Value, expand, parse_axis
+from llm_bench.validation import check_fields, check_keys
 
 
 @dataclass(frozen=True)
@@ -106,17 +107,12 @@ def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
 
 
 def _sub(cls: type, data: dict[str, Any], where: str) -> Any:
-    allowed = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise PlanError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+    check_keys(where, data, {f.name for f in fields(cls)})
     return cls(**data)
 
 
 def tune_plan_from_mapping(data: dict[str, Any], relative_to: Path | None = None) -> TunePlan:
-    unknown = sorted(set(data) - TUNE_KEYS)
-    if unknown:
-        raise PlanError(f"tune plan: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(TUNE_KEYS))}")
+    check_keys("tune plan", data, TUNE_KEYS)
     try:
         axes = tuple(parse_axis(name, values) for name, values in _table(data, "axes").items())
     except GridError as e:

@@ -5,13 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from llm_bench.support.numbers import fmt
 from llm_bench.support.plotting import ChartError, figure
 from llm_bench.tune.grid import Value
 from llm_bench.tune.search import Entry, Outcome
-
-
-def _num(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def changes(entry: Entry, control: Entry) -> str:
@@ -75,7 +72,7 @@ def ranked_table(outcome: Outcome) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for n, e in enumerate(ranked(outcome), 1):
         runs = e.full_runs()
-        decode = _num(e.speed()) + ("" if runs or e.speed() is None else " (screen)")
+        decode = fmt(e.speed()) + ("" if runs or e.speed() is None else " (screen)")
         cells = [str(n), e.name, changes(e, outcome.control), decode,
                  str(len(runs)) if runs else ("1 short" if e.screen_speed() else "-"),
                  e.verdict.describe() if e.verdict else ("-" if not e.control else "="),
@@ -90,16 +87,16 @@ def summary_lines(outcome: Outcome) -> str:
     if w is None:
         lines.append("- no winner: no candidate passed the quality gate with full runs")
     elif w.control:
-        lines.append(f"- winner: the control **{w.name}**, {_num(w.speed())} t/s: no candidate beat it")
+        lines.append(f"- winner: the control **{w.name}**, {fmt(w.speed())} t/s: no candidate beat it")
     else:
-        lines.append(f"- winner: **{w.name}**, {_num(w.speed())} t/s; against the control {outcome.control.name} "
-                     f"({_num(outcome.control.speed())} t/s): {w.verdict.describe() if w.verdict else '-'}")
+        lines.append(f"- winner: **{w.name}**, {fmt(w.speed())} t/s; against the control {outcome.control.name} "
+                     f"({fmt(outcome.control.speed())} t/s): {w.verdict.describe() if w.verdict else '-'}")
     lines.append(f"- search stopped: {outcome.stop_reason}")
     rejected = [e for e in outcome.entries if e.rejected]
     faster = outcome.rejected_faster()
     for e in rejected:
         tag = "faster than the winner but " if e in faster else ""
-        lines.append(f"- rejected for quality: {e.name} ({_num(e.speed())} t/s), {tag}{e.rejected}")
+        lines.append(f"- rejected for quality: {e.name} ({fmt(e.speed())} t/s), {tag}{e.rejected}")
     invalid = [e for e in outcome.entries if e.invalid]
     for e in invalid:
         lines.append(f"- invalid: {e.name}: {e.invalid}")
@@ -124,7 +121,7 @@ def draw_pareto(outcome: Outcome, path: Path) -> Path:
     points = [(1.0 if e.control else e.quality.identical_share, e.speed() or 0.0) for e in chosen]  # type: ignore[union-attr]
     front = pareto_front(points)
     with figure(path, dpi=150, figsize=(8, 5.5)) as (_fig, ax):
-        for e, (x, y) in zip(chosen, points):
+        for e, (x, y) in zip(chosen, points, strict=True):
             colour = "#c53030" if e.rejected else "#718096" if e.control else "#2b6cb0"
             ax.scatter([x], [y], color=colour, s=60, zorder=3)
             ax.annotate(e.name, (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)

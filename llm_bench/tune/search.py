@@ -6,7 +6,7 @@
 2. **Rounds**: the control and the ``finalists`` fastest screened candidates get the protocol's full
    runs (``runs`` more per round, accumulated over the rounds); in the first round each also runs the
    quality workload in the same load (``llm_bench.workloads.quality``, scored against the control's
-   with ``llm_bench.report.quality``). After each round: candidates below the quality gate cannot win; the leader is the
+   with ``llm_bench.workloads.quality.score``). After each round: candidates below the quality gate cannot win; the leader is the
    fastest one that passes; any contender the verdict calls slower than the leader leaves the
    contest. The rounds stop when the leader is faster than every remaining contender by more than
    noise (the verdict's interval), or when the budget (rounds, requests, time) is spent.
@@ -29,20 +29,30 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from llm_bench import __version__
-from llm_bench.engines import open_engine
+from llm_bench.engines import LlamaCppEngine, open_engine
 from llm_bench.engines.errors import ServerError
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.gpu.telemetry import sampling
 from llm_bench.plan import Protocol
+from llm_bench.provenance import provenance, server_build
 from llm_bench.report.verdict import FASTER, SLOWER, Verdict, verdict
-from llm_bench.results import FORMAT, AliasRecord, ResultSet, ResultsFileError, ResultsWriter, load_results
+from llm_bench.results import (
+    FORMAT,
+    AliasRecord,
+    ResultSet,
+    ResultsFileError,
+    ResultsWriter,
+    load_results,
+    results_stem,
+    spec_from_runs,
+)
 from llm_bench.runner import AliasUnreachable, RunAborted, measure_alias
 from llm_bench.tune.grid import Candidate
 from llm_bench.tune.plan import TunePlan
-from llm_bench.report.quality import Agreement, accuracy, agreement, recall_share
 from llm_bench.tune.serve import Served, load_errors
-from llm_bench.workloads.common import spec_from_runs
+from llm_bench.workloads.quality import QUALITY
+from llm_bench.workloads.quality.score import Agreement, accuracy, agreement, recall_share
+from llm_bench.workloads.standard import STANDARD
 
 Log = Callable[[str], None]
 SCREEN = "screen"
@@ -51,7 +61,7 @@ TUNE = "tune"
 
 @dataclass(frozen=True)
 class QualityScore:
-    """A candidate's quality workload against the control's (llm_bench.report.quality)."""
+    """A candidate's quality workload against the control's (llm_bench.workloads.quality.score)."""
 
     agreement: Agreement
     recall: float | None
@@ -195,8 +205,8 @@ def estimate_text(plan: TunePlan, n: int, control: AliasRecord) -> str:
     full = first + plan.protocol.max_tokens * per_token
     rounds = plan.budget.max_rounds * finalists * (load + (plan.protocol.runs + 1) * full)
     # The quality workload: the agreement prompts (at most 96 tokens each), 4 short questions, the recall probes.
-    qp = plan.protocol
-    agreement_tokens = 3 * min(96, qp.quality_max_tokens or 96)
+    qp = QUALITY.settings_in(plan.protocol)
+    agreement_tokens = 3 * min(96, qp.max_tokens or 96)
     probes = len(qp.recall_lengths) * len(qp.recall_depths)
     quality = finalists * ((7 + probes) * first + (agreement_tokens + 4 * 16 + probes * 24) * per_token)
     total = min(screen + rounds + quality, plan.budget.max_time_s)
@@ -217,7 +227,7 @@ class Tuner:
         used = sum(requests_of(r) + 1 for r in writer.result_set.aliases)
         self.budget = Budget(plan, used)
         p = plan.protocol
-        self.engine = open_engine("llama-cpp", served.url, timeout=p.request_timeout_s, api_key=served.api_key,
+        self.engine = open_engine(LlamaCppEngine.kind, served.url, timeout=p.request_timeout_s, api_key=served.api_key,
                                   load_timeout=p.load_timeout_s)
 
     def close(self) -> None:
@@ -245,7 +255,7 @@ class Tuner:
 
     def screen(self) -> None:
         protocol = replace(self.plan.protocol, runs=1, max_tokens=self.plan.screen_max_tokens,
-                           workloads=("standard",))
+                           workloads=(STANDARD.name,))
         todo = [e for e in self.entries if e.screen is None]
         if len(todo) < len(self.entries):
             self.log(f"resuming: {len(self.entries) - len(todo)} preset(s) already screened")
@@ -284,13 +294,13 @@ class Tuner:
     def _full(self, entry: Entry, runs: int, with_quality: bool) -> None:
         """``runs`` more full runs, and the quality workload in the same load when it is still missing."""
         quality_now = with_quality and entry.quality_record is None
-        workloads = (("standard",) if runs > 0 else ()) + (("quality",) if quality_now else ())
+        workloads = ((STANDARD.name,) if runs > 0 else ()) + ((QUALITY.name,) if quality_now else ())
         if not workloads:
             return
         protocol = replace(self.plan.protocol, runs=max(runs, 1), workloads=workloads)
         records = self._measure(entry, protocol, TUNE)
         for record in records:
-            if record.workload == "quality":
+            if record.workload == QUALITY.record_name:
                 entry.quality_record = record
                 self.writer.add(record)
             elif entry.full is None:
@@ -382,9 +392,9 @@ def entries_from(candidates: list[Candidate], previous: ResultSet | None) -> lis
             continue
         if record.target == SCREEN:
             entry.screen = record
-        elif record.target == TUNE and record.workload == "standard":
+        elif record.target == TUNE and record.workload == STANDARD.record_name:
             entry.full = record
-        elif record.target == TUNE and record.workload == "quality":
+        elif record.target == TUNE and record.workload == QUALITY.record_name:
             entry.quality_record = record
     for entry in entries:
         if entry.screen is not None and (entry.screen.errors or not entry.screen.runs):
@@ -394,9 +404,6 @@ def entries_from(candidates: list[Candidate], previous: ResultSet | None) -> lis
 
 def new_meta(plan: TunePlan, candidates: list[Candidate], print_: str, engine_url: str,
              server_build: str | None, gpus: Nvml, previous: ResultSet | None) -> dict[str, Any]:
-    now = datetime.now(timezone.utc)
-    import platform  # noqa: PLC0415 - only the host name
-
     tune: dict[str, Any] = {
         "fingerprint": print_, "name": plan.name, "control": candidates[0].name,
         "mode": "existing router" if plan.url else "temporary router",
@@ -409,13 +416,9 @@ def new_meta(plan: TunePlan, candidates: list[Candidate], print_: str, engine_ur
     }
     if previous is not None:
         tune["resumed_from"] = (previous.meta.get("tune") or {}).get("resumed_from")
-    return {
-        "format": FORMAT, "llm_bench_version": __version__, "started_at": now.isoformat(timespec="seconds"),
-        "complete": False, "host": platform.node(), "label": TUNE, "engine": "llama-cpp",
-        "server_url": engine_url, "server_build": server_build, "gpu_driver": gpus.driver_version(),
-        "gpus": [{"index": g.index, "name": g.name, "memory_total_mib": g.memory_total_mib} for g in gpus.gpus()],
-        "nvml_unavailable": None if gpus.available else gpus.unavailable,
-        "protocol": plan.protocol.to_toml(), "tune": tune,
+    return provenance(FORMAT, gpus) | {
+        "complete": False, "label": TUNE, "engine": LlamaCppEngine.kind, "server_url": engine_url,
+        "server_build": server_build, "protocol": plan.protocol.to_toml(), "tune": tune,
     }
 
 
@@ -443,17 +446,14 @@ def run_search(plan: TunePlan, served: Served, log: Log, nvml: Nvml | None = Non
     previous = None if fresh else previous_result(plan.output_dir, print_)
     log(cost_text(plan, len(candidates)))
     with nvml or Nvml() as gpus:
-        probe = open_engine("llama-cpp", served.url, timeout=30.0, api_key=served.api_key)
+        probe = open_engine(LlamaCppEngine.kind, served.url, timeout=30.0, api_key=served.api_key)
         try:
-            build = probe.server_build()
-        except ServerError:
-            build = None
+            build = server_build(probe)
         finally:
             probe.close()
         meta = new_meta(plan, candidates, print_, served.url, build, gpus, previous)
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
         writer = ResultsWriter(plan.output_dir, ResultSet(meta, list(previous.aliases) if previous else []),
-                               f"llm-bench-{stamp}-tune-{plan.name}")
+                               results_stem(datetime.now(timezone.utc), f"tune-{plan.name}"))
         log(f"Results: {writer.path}" + (f" (resuming {meta['tune']['resumed_from']})" if previous else ""))
         entries = entries_from(candidates, previous)
         tuner = Tuner(plan, served, writer, gpus, log, entries)

@@ -16,13 +16,11 @@ import signal
 import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import httpx
-
-from llm_bench.engines.client import RouterClient
 from llm_bench.engines.errors import ServerError
+from llm_bench.engines.switch import RouterSide, RouterState, SwitchError, free_gpu, reload_models
 from llm_bench.support.poll import poll_until
 from llm_bench.testbed.presets import PresetError, render_presets_ini
 from llm_bench.testbed.router import RouterProcess, RouterStartError, start_router
@@ -76,57 +74,30 @@ def find_llama_server(given: Path | None) -> Path:
 class MainRouter:
     """What was done to the machine's router, so that exactly that is undone."""
 
-    url: str | None
-    unloaded: list[str] = field(default_factory=list)
+    side: RouterSide | None  # None: the machine's router is left alone
+    state: RouterState | None = None
 
-
-def main_answers(url: str, api_key: str | None = None, timeout: float = 5.0) -> bool:
-    """GET /models answers; 401/403 count as answering (a router guarded by --api-key, without our key)."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        return httpx.get(f"{url.rstrip('/')}/models", headers=headers, timeout=timeout).status_code in (200, 401, 403)
-    except httpx.HTTPError:
-        return False
+    @property
+    def unloaded(self) -> list[str]:
+        return self.state.unloaded if self.state else []
 
 
 def free_main(url: str | None, log: Log, api_key: str | None = None, unload_timeout: float = 120.0) -> MainRouter:
     """Unload every loaded (or loading) model of the machine's router, sending its API key if it has one."""
     if not url:
         return MainRouter(None)
-    if not main_answers(url, api_key):
-        log(f"the machine's router at {url} does not answer: nothing to free")
-        return MainRouter(url)
-    main = MainRouter(url)
+    side = RouterSide(url=url, mode="unload", api_key=api_key, unload_timeout_s=unload_timeout, reload=True)
     try:
-        with RouterClient(url, api_key=api_key, timeout=30.0) as client:
-            busy = [m.id for m in client.models() if m.status in ("loaded", "loading")]
-            for alias in busy:
-                log(f"unloading {alias} from the machine's router")
-                client.unload(alias)
-                main.unloaded.append(alias)
-            for alias in busy:
-                client.wait_for_status(alias, "unloaded", unload_timeout)
-    except ServerError as e:
-        restore_main(main, log, api_key=api_key)
+        return MainRouter(side, free_gpu(side, log))
+    except (ServerError, SwitchError) as e:
         raise ServeError(f"could not free the GPU: unloading the models of {url} failed: {e}") from e
-    if not busy:
-        log("the machine's router holds no loaded model")
-    return main
 
 
 def restore_main(main: MainRouter, log: Log, timeout: float = 900.0, api_key: str | None = None) -> None:
     """Load again what was unloaded, and wait until the router says it is loaded."""
-    if not main.url or not main.unloaded:
+    if main.side is None or main.state is None or not main.unloaded:
         return
-    with RouterClient(main.url, api_key=api_key, timeout=60.0) as client:
-        for alias in main.unloaded:
-            log(f"restoring the machine's router: loading {alias} again")
-            try:
-                if client.model(alias).status != "loaded":
-                    client.load(alias)
-                client.wait_for_status(alias, "loaded", timeout)
-            except ServerError as e:
-                log(f"restoring {alias} on {main.url} failed: {e}")
+    reload_models(replace(main.side, load_timeout_s=timeout, api_key=api_key or main.side.api_key), main.state, log)
 
 
 @dataclass

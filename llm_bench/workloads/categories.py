@@ -2,21 +2,33 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from llm_bench.engines import Engine
-from llm_bench.plan import Protocol, shipped_prompt
+from llm_bench.prompts import shipped_prompt
 from llm_bench.results import AliasRecord
-from llm_bench.workloads.common import Log, WorkloadInterrupted, chat_request, derive, measured_runs
+from llm_bench.validation import check_fields
+from llm_bench.workloads.base import Flag, Log, RunParameters, Workload
+from llm_bench.workloads.common import WorkloadInterrupted, chat_request, derive, measured_runs
 
-CATEGORIES = ("prose", "code", "json")
+PROMPT_CATEGORIES = ("prose", "code", "json")
 
 
-def categories(engine: Engine, alias: str, protocol: Protocol, base: AliasRecord, log: Log) -> list[AliasRecord]:
-    records = []
-    for category in protocol.categories:
-        if category not in CATEGORIES:
-            raise ValueError(f"unknown prompt category {category!r}; choose from {', '.join(CATEGORIES)}")
+@dataclass(frozen=True)
+class CategoriesSettings:
+    names: tuple[str, ...] = PROMPT_CATEGORIES
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+def categories(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log) -> list[AliasRecord]:
+    records: list[AliasRecord] = []
+    for category in CATEGORIES.settings_in(protocol).names:
+        if category not in PROMPT_CATEGORIES:
+            raise ValueError(f"unknown prompt category {category!r}; choose from {', '.join(PROMPT_CATEGORIES)}")
         log(f"  category {category}:")
-        record = derive(base, workload="category", category=category, cold_load_s=None)
+        record = derive(base, workload=CATEGORIES.record_name, category=category, cold_load_s=None)
         request = chat_request(alias, protocol, shipped_prompt(category))
         try:
             measured_runs(engine, request, protocol.runs, record, log, label=f"{category} run",
@@ -25,3 +37,8 @@ def categories(engine: Engine, alias: str, protocol: Protocol, base: AliasRecord
             raise WorkloadInterrupted(e.cause, records + e.records) from e.cause
         records.append(record)
     return records
+
+
+CATEGORIES: Workload[CategoriesSettings] = Workload(
+    "categories", CategoriesSettings, categories, record="category", legacy={"categories": "names"},
+    flags=(Flag("--categories", "names", "Prompt categories for the categories workload", many=True),), speed=True)

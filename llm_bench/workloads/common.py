@@ -5,23 +5,19 @@ from __future__ import annotations
 
 import copy
 import uuid
-from collections.abc import Callable
 from dataclasses import replace
 
+from llm_bench.diagnostics.checks import check_acceptance_trap
 from llm_bench.engines import Engine
 from llm_bench.engines.errors import ServerError
 from llm_bench.engines.metrics import SpecCounters
-from llm_bench.engines.stream import ChatRequest, StreamMeasurement
+from llm_bench.engines.stream import ChatRequest
 from llm_bench.gpu.telemetry import recording
-from llm_bench.plan import Protocol, shipped_prompt
-from llm_bench.results import AliasRecord, RunRecord
-from llm_bench.support.stats import relative_precision
+from llm_bench.prompts import shipped_prompt
+from llm_bench.results import AliasRecord, RunRecord, run_record, spec_from_runs
 from llm_bench.support import numbers
-
-Log = Callable[[str], None]
-
-# Below this acceptance rate a drafting server is rejecting (nearly) every draft token.
-ACCEPTANCE_TRAP_RATE = 0.01
+from llm_bench.support.stats import relative_precision
+from llm_bench.workloads.base import Log, RunParameters
 
 
 def derive(base: AliasRecord, **changes) -> AliasRecord:
@@ -51,7 +47,7 @@ class RunsInterrupted(KeyboardInterrupt):
         self.records = records
 
 
-def chat_request(alias: str, protocol: Protocol, prompt: str, max_tokens: int | None = None,
+def chat_request(alias: str, protocol: RunParameters, prompt: str, max_tokens: int | None = None,
                  prompt_cache: bool | None = None) -> ChatRequest:
     """``prompt_cache`` None: as the protocol says (by default every prompt is processed whole)."""
     return ChatRequest(alias, prompt, max_tokens or protocol.max_tokens, protocol.temperature, protocol.seed,
@@ -88,28 +84,6 @@ def check_prompt_reuse(record: AliasRecord, request: ChatRequest) -> None:
         "(does the server ignore cache_prompt / cache_salt?)")
 
 
-def run_record(m: StreamMeasurement, engine_kind: str) -> RunRecord:
-    timings = m.timings or {}
-    server_tps = timings.get("predicted_per_second")
-    return RunRecord(
-        ttft_ms=None if m.ttft_s is None else m.ttft_s * 1000.0,
-        # llama.cpp's router reports its own decode rate; other engines are measured from the stream.
-        decode_tps=server_tps if engine_kind == "llama-cpp" else m.client_decode_tps,
-        server_decode_tps=server_tps,
-        decode_ms=timings.get("predicted_ms"),
-        client_decode_tps=m.client_decode_tps,
-        prompt_tps=timings.get("prompt_per_second"),
-        prompt_tokens=m.prompt_tokens,
-        output_tokens=m.output_tokens,
-        token_chunks=m.token_chunks,
-        finish_reason=m.finish_reason,
-        draft_n=timings.get("draft_n"),
-        draft_n_accepted=timings.get("draft_n_accepted"),
-        wall_s=None if m.done_at is None else m.done_at - m.sent_at,
-        cache_n=m.cached_tokens,
-    )
-
-
 def fmt(value: float | None) -> str:
     return numbers.fmt(value, missing="n/a")
 
@@ -131,13 +105,6 @@ def spec_delta(before: SpecCounters | None, after: SpecCounters | None,
     return after.minus(before) if before and after else spec_from_runs(runs)
 
 
-def spec_from_runs(runs: list[RunRecord]) -> SpecCounters | None:
-    drafted = sum(r.draft_n or 0 for r in runs)
-    if not drafted:
-        return None
-    return SpecCounters(float(drafted), float(sum(r.draft_n_accepted or 0 for r in runs)))
-
-
 def check_length(record: AliasRecord, run: RunRecord, wanted: int) -> None:
     if run.finish_reason != "length":
         record.comparable = False
@@ -145,23 +112,6 @@ def check_length(record: AliasRecord, run: RunRecord, wanted: int) -> None:
             f"a run stopped on {run.finish_reason!r} after {run.output_tokens} tokens instead of generating "
             f"all {wanted}: the server did not honour ignore_eos"
         )
-
-
-def check_acceptance_trap(record: AliasRecord, log: Log) -> None:
-    spec = record.spec
-    if spec is None or not spec.draft_tokens or (spec.acceptance_rate or 0.0) >= ACCEPTANCE_TRAP_RATE:
-        return
-    length = spec.mean_acceptance_length
-    message = (
-        f"ACCEPTANCE TRAP: the server drafted {spec.draft_tokens:.0f} tokens and accepted "
-        f"{spec.accepted_tokens:.0f} ({spec.acceptance_rate:.1%}"
-        + (f", mean acceptance length {length:.2f}" if length is not None else "")
-        + "): speculative decoding only costs time here. Known cause: the target runs in a different dtype "
-        "from the one the drafter was trained with (e.g. vLLM --dtype half instead of bfloat16); also check "
-        "that the drafter belongs to this target model."
-    )
-    record.warnings.append(message)
-    log("  !!! " + message)
 
 
 def measured_runs(engine: Engine, request: ChatRequest, runs: int, record: AliasRecord, log: Log,
@@ -186,7 +136,7 @@ def _runs(engine: Engine, request: ChatRequest, runs: int, cap: int, shown: str,
     with recording(record):
         for i in range(cap):
             try:
-                run = run_record(engine.stream(request), engine.kind)
+                run = run_record(engine.stream(request), engine)
             except ServerError as e:
                 record.errors.append(f"{label.lower()} {i + 1} of {shown} failed ({i} finished): {e}")
                 record.spec = spec_from_runs(record.runs)

@@ -4,16 +4,35 @@ per-request percentiles (a tail percentile only where the samples are enough for
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
+from llm_bench.diagnostics.checks import check_acceptance_trap
 from llm_bench.engines import Engine
 from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 from llm_bench.gpu.telemetry import recording
-from llm_bench.plan import Protocol
-from llm_bench.results import AliasRecord
+from llm_bench.results import AliasRecord, run_record
 from llm_bench.support.fanout import fan_out
+from llm_bench.support.numbers import fmt as figure
+from llm_bench.tables import Cell, Row, Table, acceptance_cell, notes_of
+from llm_bench.validation import check_fields
+from llm_bench.workloads.base import Flag, Log, RunParameters, Workload
 from llm_bench.workloads.common import (
-    Log, chat_request, check_acceptance_trap, check_length, check_prompt_reuse, derive, fmt, run_record, spec_delta,
+    chat_request,
+    check_length,
+    check_prompt_reuse,
+    derive,
+    fmt,
+    spec_delta,
 )
+
+
+@dataclass(frozen=True)
+class ConcurrencySettings:
+    levels: tuple[int, ...] = field(default=(1, 2, 4, 8), metadata={"min": 1})  # simultaneous streams
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 def simultaneous(engine: Engine, request: ChatRequest, n: int) -> tuple[list[StreamMeasurement], list[str], float]:
@@ -24,17 +43,17 @@ def simultaneous(engine: Engine, request: ChatRequest, n: int) -> tuple[list[Str
     return [o.value for o in outcomes if o.ok and o.value is not None], errors, wall
 
 
-def concurrency(engine: Engine, alias: str, protocol: Protocol, base: AliasRecord, log: Log) -> list[AliasRecord]:
+def concurrency(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log) -> list[AliasRecord]:
     records = []
     request = chat_request(alias, protocol, protocol.prompt)
-    for n in protocol.concurrency:
-        record = derive(base, workload="concurrency", concurrency=n, cold_load_s=None)
+    for n in CONCURRENCY.settings_in(protocol).levels:
+        record = derive(base, workload=CONCURRENCY.record_name, concurrency=n, cold_load_s=None)
         before = engine.spec_counters(alias)
         totals: list[float] = []
         with recording(record):
             for batch in range(1, protocol.runs + 1):
                 measurements, errors, wall = simultaneous(engine, request, n)
-                runs = [run_record(m, engine.kind) for m in measurements]
+                runs = [run_record(m, engine) for m in measurements]
                 for run in runs:
                     run.batch = batch
                     check_length(record, run, request.max_tokens)
@@ -62,3 +81,41 @@ def concurrency(engine: Engine, alias: str, protocol: Protocol, base: AliasRecor
         check_acceptance_trap(record, log)
         records.append(record)
     return records
+
+
+def _tail_cell(record: AliasRecord, metric: str, q: int) -> Cell:
+    tail = record.tail(metric, q)
+    if tail is None:
+        return Cell("-", {f"{metric}_p{q}": None})
+    if tail.label == "max":
+        return Cell(f"max {tail.value:.0f} (n={tail.samples})", {f"{metric}_p{q}": None})
+    return Cell(f"{tail.value:.0f}", {f"{metric}_p{q}": tail.value})
+
+
+def concurrency_tables(rows: Sequence[Row], _baseline: Row | None = None) -> list[Table]:
+    chosen = sorted((r for r in rows if r.record.workload == CONCURRENCY.record_name),
+                    key=lambda r: (r.label, r.record.alias, r.record.concurrency or 0))
+    if not chosen:
+        return []
+    # p90/p99 only where the samples are enough for them (results.min_samples); else the max, labelled
+    header = ["Configuration", "Concurrent", "Total t/s", "Per-request t/s p50", "TTFT ms p50", "TTFT ms p90",
+              "TTFT ms p99", "Draft accept", "Notes"]
+    lines = []
+    for row in chosen:
+        r = row.record
+        values = [r.total_tps, r.percentile("decode_tps", 50), r.percentile("ttft_ms", 50)]
+        keys = ["total_tps", "decode_tps_p50", "ttft_ms_p50"]
+        digits = [1, 1, 0]
+        lines.append([Cell(row.configuration, {"configuration": row.configuration}),
+                      Cell(str(r.concurrency), {"concurrency": r.concurrency})]
+                     + [Cell(figure(v, d), {k: v}) for v, k, d in zip(values, keys, digits, strict=True)]
+                     + [_tail_cell(r, "ttft_ms", 90), _tail_cell(r, "ttft_ms", 99)]
+                     + [acceptance_cell(r), Cell(notes_of(r), {"errors": list(r.errors)})])
+    return [Table("Concurrency", "concurrency", header, lines)]
+
+
+CONCURRENCY: Workload[ConcurrencySettings] = Workload(
+    "concurrency", ConcurrencySettings, concurrency, legacy={"concurrency": "levels"},
+    flags=(Flag("--concurrency", "levels", "Simultaneous requests for the concurrency workload", item=int, many=True,
+                example="1,2,4,8"),),
+    streams=lambda settings: max(settings.levels), tables=concurrency_tables)

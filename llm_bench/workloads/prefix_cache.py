@@ -2,19 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
 from llm_bench.engines import Engine
-from llm_bench.plan import Protocol
-from llm_bench.results import AliasRecord
-from llm_bench.workloads.common import Log, chat_request, derive, fmt, long_prompt, run_record
+from llm_bench.results import AliasRecord, run_record
+from llm_bench.support.numbers import fmt as figure
+from llm_bench.tables import Cell, Row, Table, notes_of
+from llm_bench.validation import check_fields
+from llm_bench.workloads.base import Flag, Log, RunParameters, Workload
+from llm_bench.workloads.common import chat_request, derive, fmt, long_prompt
 
 
-def prefix_cache(engine: Engine, alias: str, protocol: Protocol, base: AliasRecord, log: Log) -> list[AliasRecord]:
-    record = derive(base, workload="prefix-cache", cold_load_s=None)
-    request = chat_request(alias, protocol, long_prompt(protocol.prefix_prompt_tokens, protocol.prefix_chars_per_token),
-                           max_tokens=protocol.prefix_max_tokens, prompt_cache=True)  # caching is what it measures
-    cold = run_record(engine.stream(request), engine.kind)
+@dataclass(frozen=True)
+class PrefixCacheSettings:
+    prompt_tokens: int = field(default=11000, metadata={"min": 1})
+    chars_per_token: float = field(default=4.0, metadata={"above": 0.0})  # the prompt's length is set in characters
+    max_tokens: int = field(default=32, metadata={"min": 2})
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+def prefix_cache(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log) -> list[AliasRecord]:
+    settings = PREFIX_CACHE.settings_in(protocol)
+    record = derive(base, workload=PREFIX_CACHE.record_name, cold_load_s=None)
+    request = chat_request(alias, protocol, long_prompt(settings.prompt_tokens, settings.chars_per_token),
+                           max_tokens=settings.max_tokens, prompt_cache=True)  # caching is what it measures
+    cold = run_record(engine.stream(request), engine)
     before = engine.prefix_counters(alias)
-    warm = run_record(engine.stream(request), engine.kind)
+    warm = run_record(engine.stream(request), engine)
     after = engine.prefix_counters(alias)
     record.runs = [cold, warm]
     record.prefix_cold_ttft_ms = cold.ttft_ms
@@ -34,3 +51,35 @@ def prefix_cache(engine: Engine, alias: str, protocol: Protocol, base: AliasReco
     log(f"  prefix cache: {cold.prompt_tokens} prompt tokens, TTFT cold {fmt(cold.ttft_ms)} ms, "
         f"repeated {fmt(warm.ttft_ms)} ms; " + (record.prefix_evidence or "hit not confirmed"))
     return [record]
+
+
+def prefix_cache_tables(rows: Sequence[Row], _baseline: Row | None = None) -> list[Table]:
+    chosen = [r for r in rows if r.record.workload == PREFIX_CACHE.record_name]
+    if not chosen:
+        return []
+    header = ["Configuration", "Prompt tokens", "TTFT cold ms", "TTFT repeated ms", "Speed-up", "Cache evidence",
+              "Notes"]
+    lines = []
+    for row in chosen:
+        r = row.record
+        cold, warm = r.prefix_cold_ttft_ms, r.prefix_warm_ttft_ms
+        ratio = cold / warm if cold and warm else None
+        prompt = r.runs[0].prompt_tokens if r.runs and r.runs[0].prompt_tokens else None
+        lines.append([Cell(row.configuration, {"configuration": row.configuration}),
+                      Cell("-" if prompt is None else str(prompt), {"prompt_tokens": prompt}),
+                      Cell(figure(cold, 0), {"prefix_cold_ttft_ms": cold}),
+                      Cell(figure(warm, 0), {"prefix_warm_ttft_ms": warm}),
+                      Cell("-" if ratio is None else f"{ratio:.1f}x", {"prefix_speedup": ratio}),
+                      Cell(r.prefix_evidence or "-", {"prefix_evidence": r.prefix_evidence}),
+                      Cell(notes_of(r), {"errors": list(r.errors)})])
+    return [Table("Prefix caching", "prefix_cache", header, lines,
+                  frozenset({"Configuration", "Cache evidence", "Notes"}))]
+
+
+PREFIX_CACHE: Workload[PrefixCacheSettings] = Workload(
+    "prefix-cache", PrefixCacheSettings, prefix_cache,
+    legacy={"prefix_prompt_tokens": "prompt_tokens", "prefix_chars_per_token": "chars_per_token",
+            "prefix_max_tokens": "max_tokens"},
+    flags=(Flag("--prefix-tokens", "prompt_tokens", "Approximate prompt tokens for the prefix-cache workload",
+                item=int),),
+    needs_prompt_cache=True, tables=prefix_cache_tables)

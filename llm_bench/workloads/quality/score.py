@@ -15,9 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llm_bench.report.rows import Row, parse_args, preset_facts, speculation
-from llm_bench.report.table import Cell, Table
+from llm_bench.preset_args import parse_args, preset_facts, speculation
 from llm_bench.results import QualityOutput, QuestionResult, RecallProbe
+from llm_bench.tables import Cell, Row, Section, Table
+
+# The ``workload`` of the quality workload's records (``QUALITY`` in measure.py writes them).
+QUALITY_RECORDS = "quality"
 
 # Speculative decoding is lossless by design: its greedy output must equal its control's. A first
 # difference this early (or earlier) is flagged; later ones can come from a GPU's batched verification
@@ -99,7 +102,7 @@ class Agreement:
 
 def _common_prefix(a: Sequence, b: Sequence) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):  # the common prefix of two answers of any lengths
         if x != y:
             break
         n += 1
@@ -197,7 +200,7 @@ def _display_name(row: Row) -> str:
 def quality_of(row: Row, rows: Sequence[Row]) -> Row | None:
     """The quality record of the configuration a speed row (or a quality row) belongs to."""
     for other in rows:
-        if (other.record.workload == "quality" and other.label == row.label
+        if (other.record.workload == QUALITY_RECORDS and other.label == row.label
                 and other.record.alias == row.record.alias):
             return other
     return None
@@ -206,7 +209,7 @@ def quality_of(row: Row, rows: Sequence[Row]) -> Row | None:
 def quality_rows(rows: Sequence[Row], reference: Row | None = None) -> list[QualityRow]:
     """One per configuration measured with the quality workload. ``reference`` is a row of the reference
     configuration (the baseline's speed row will do); without one, agreement is left out."""
-    chosen = [r for r in rows if r.record.workload == "quality" and r.record.quality_outputs]
+    chosen = [r for r in rows if r.record.workload == QUALITY_RECORDS and r.record.quality_outputs]
     ref = None if reference is None else quality_of(reference, rows)
     out = []
     for row in chosen:
@@ -235,7 +238,7 @@ def quality_cells(rows: Sequence[Row], reference: Row | None) -> dict[str, Cell]
     qrows = quality_rows(rows, reference)
     cells = {}
     for row in rows:
-        if row.record.workload == "quality":
+        if row.record.workload == QUALITY_RECORDS:
             continue
         for q in qrows:
             if q.row.label == row.label and q.row.record.alias == row.record.alias:
@@ -250,7 +253,7 @@ def quality_marks(rows: Sequence[Row], reference: Row | None) -> dict[str, str]:
     marks = {}
     for row in rows:
         for q in qrows:
-            if row.record.workload != "quality" and q.row.label == row.label and q.row.record.alias == row.record.alias:
+            if row.record.workload != QUALITY_RECORDS and q.row.label == row.label and q.row.record.alias == row.record.alias:
                 if q.flagged is not None:
                     marks[row.configuration] = "speculation changed the output"
                 elif q.differs and q.agreement is not None:
@@ -272,6 +275,17 @@ def quality_cell(q: QualityRow) -> Cell:
     return Cell(", ".join(parts) or "-", {
         "agreement": None if q.agreement is None else q.agreement.identical_share,
         "recall": q.recall_share, "quality_flag": q.flag_text() or None})
+
+
+def quality_tables(rows: Sequence[Row], reference: Row | None = None) -> list[Table]:
+    table = quality_table(rows, reference)
+    return [] if table is None else [table]
+
+
+def quality_summary(rows: Sequence[Row], reference: Row | None) -> list[Section]:
+    changed = [f"{q.configuration}: {q.flag_text() or (q.agreement.describe() if q.agreement else '')}"
+               for q in quality_rows(rows, reference) if q.differs]
+    return [Section("Answers that differ from the reference (quality workload)", changed)] if changed else []
 
 
 def quality_table(rows: Sequence[Row], reference: Row | None = None) -> Table | None:
@@ -311,4 +325,5 @@ def quality_table(rows: Sequence[Row], reference: Row | None = None) -> Table | 
                  {"compared_by": None if a is None else a.unit}),
             Cell("; ".join(notes), {"quality_flag": q.flag_text() or None}),
         ])
-    return Table("Quality", "quality", header, lines)
+    return Table("Quality", "quality", header, lines,
+                 frozenset({"Configuration", "First difference", "Recall by length (tokens)", "Compared by", "Notes"}))

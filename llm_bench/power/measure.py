@@ -8,9 +8,9 @@ from llm_bench.engines import Engine
 from llm_bench.engines.errors import ServerError
 from llm_bench.engines.stream import ChatRequest
 from llm_bench.gpu.nvml import Nvml
-from llm_bench.gpu.power import LimitResult, Log, Measure
 from llm_bench.gpu.telemetry import TelemetrySampler, summarise
-from llm_bench.workloads.common import run_record
+from llm_bench.power.limits import LimitResult, Log, Measure
+from llm_bench.results import run_record
 
 
 def measurer(engine: Engine, request: ChatRequest, runs: int, nvml: Nvml, log: Log, interval_s: float = 0.5) -> Measure:
@@ -22,7 +22,7 @@ def measurer(engine: Engine, request: ChatRequest, runs: int, nvml: Nvml, log: L
             t0 = sampler.mark()
             for i in range(runs):
                 try:
-                    run = run_record(engine.stream(request), engine.kind)
+                    run = run_record(engine.stream(request), engine)
                 except ServerError as e:
                     result.errors.append(str(e))
                     log(f"  run {i + 1}/{runs} failed: {e}")

@@ -3,30 +3,53 @@
 Every request is greedy (temperature 0, the plan's seed), with the prompt cache off, and ends where
 the model ends (no ignore_eos). The record keeps what was answered; scoring that needs no other
 configuration (exact answers, recall) happens here, agreement with a reference configuration at
-report time (``llm_bench.report.quality``).
+report time (``llm_bench.workloads.quality.score``).
 """
 
 from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
 from llm_bench.engines import Engine
 from llm_bench.engines.completion import CompletionRequest
 from llm_bench.engines.errors import ServerError
-from llm_bench.plan import Protocol
 from llm_bench.results import AliasRecord, QualityOutput, QuestionResult, RecallProbe
 from llm_bench.support.progress import Steps
-from llm_bench.workloads.common import Log, derive
+from llm_bench.tables import Cell
+from llm_bench.validation import check_fields
+from llm_bench.workloads.base import Log, MainColumn, RunParameters, Workload
+from llm_bench.workloads.common import derive
+from llm_bench.workloads.quality.score import (
+    QUALITY_RECORDS,
+    quality_cells,
+    quality_marks,
+    quality_summary,
+    quality_tables,
+)
 
 QUESTION_MAX_TOKENS = 16
 RECALL_MAX_TOKENS = 24
 # Tokens of a recall prompt besides the filler (needle, question, chat template) and of its answer:
 # a length is skipped when filler + this does not fit the model's context.
 RECALL_OVERHEAD_TOKENS = 96
+
+
+@dataclass(frozen=True)
+class QualitySettings:
+    # Long-context recall: filler lengths in tokens (sized for a 24 GB card; a length beyond the model's
+    # context is skipped with the reason) and needle depths (0 = start).
+    recall_lengths: tuple[int, ...] = field(default=(8192, 32768), metadata={"min": 64})
+    recall_depths: tuple[float, ...] = field(default=(0.1, 0.5, 0.9), metadata={"min": 0.0, "max": 1.0})
+    # A cap on the output tokens of the agreement prompts (each has its own max_tokens).
+    max_tokens: int | None = field(default=None, metadata={"min": 1})
+    chars_per_token: float = field(default=4.0, metadata={"above": 0.0})  # the filler's length is set in characters
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 @dataclass(frozen=True)
@@ -116,17 +139,18 @@ def question_request(alias: str, qset: QualitySet, question: Question, seed: int
     return CompletionRequest(alias, tuple(messages), QUESTION_MAX_TOKENS, seed)
 
 
-def quality(engine: Engine, alias: str, protocol: Protocol, base: AliasRecord, log: Log) -> list[AliasRecord]:
+def quality(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log) -> list[AliasRecord]:
     qset = load_quality_set()
-    record = derive(base, workload="quality", cold_load_s=None)
+    settings = QUALITY.settings_in(protocol)
+    record = derive(base, workload=QUALITY.record_name, cold_load_s=None)
     seed = protocol.seed
-    probes = len(protocol.recall_lengths) * len(protocol.recall_depths)
+    probes = len(settings.recall_lengths) * len(settings.recall_depths)
 
     # its requests take minutes on a slow machine: a live bar on a terminal, a line per request otherwise
     with Steps("Quality", len(qset.agreement) + len(qset.questions) + probes, log) as steps:
         for item in qset.agreement:
             steps.step(f"agreement {item.id}")
-            max_tokens = min(item.max_tokens, protocol.quality_max_tokens or item.max_tokens)
+            max_tokens = min(item.max_tokens, settings.max_tokens or item.max_tokens)
             answer = engine.complete(CompletionRequest.of(alias, item.prompt, max_tokens, seed))
             record.quality_outputs.append(QualityOutput(item.id, answer.text, answer.output_tokens,
                                                         answer.token_ids, answer.finish_reason))
@@ -139,19 +163,19 @@ def quality(engine: Engine, alias: str, protocol: Protocol, base: AliasRecord, l
             record.questions.append(QuestionResult(question.id, question.kind, question.answer, answer.text,
                                                    is_correct(answer.text, question.answer)))
 
-        record.recall = recall_probes(engine, alias, protocol, qset.recall, record, steps)
+        record.recall = recall_probes(engine, alias, settings, seed, qset.recall, record, steps)
     log("  " + describe_quality(record))
     return [record]
 
 
-def recall_probes(engine: Engine, alias: str, protocol: Protocol, recall: RecallSet, record: AliasRecord,
-                  steps: Steps) -> list[RecallProbe]:
+def recall_probes(engine: Engine, alias: str, settings: QualitySettings, seed: int, recall: RecallSet,
+                  record: AliasRecord, steps: Steps) -> list[RecallProbe]:
     log = steps.log
     n_ctx = engine.context_length(alias)
     probes = []
     n = 0
-    for length in protocol.recall_lengths:
-        for depth in protocol.recall_depths:
+    for length in settings.recall_lengths:
+        for depth in settings.recall_depths:
             code = recall.codes[n % len(recall.codes)]
             n += 1
             probe = RecallProbe(length_tokens=length, depth=depth, expected=code)
@@ -161,9 +185,9 @@ def recall_probes(engine: Engine, alias: str, protocol: Protocol, recall: Recall
                 probe.skipped = (f"{length} tokens of filler do not fit the model's context of {n_ctx} tokens "
                                  "(n_ctx reported by the server)")
                 continue
-            prompt = recall_prompt(recall, int(length * protocol.prefix_chars_per_token), depth, code)
+            prompt = recall_prompt(recall, int(length * settings.chars_per_token), depth, code)
             try:
-                answer = engine.complete(CompletionRequest.of(alias, prompt, RECALL_MAX_TOKENS, protocol.seed))
+                answer = engine.complete(CompletionRequest.of(alias, prompt, RECALL_MAX_TOKENS, seed))
             except ServerError as e:  # e.g. a context the server could not report but refuses
                 probe.skipped = f"the server refused it: {e}"
                 record.errors.append(f"recall {length} tokens at depth {depth:g}: {e}")
@@ -186,3 +210,11 @@ def describe_quality(record: AliasRecord) -> str:
         found = [p.found for p in record.recall if p.length_tokens == length and p.found is not None]
         parts.append(f"recall {length} tok " + (f"{sum(found)}/{len(found)}" if found else "skipped"))
     return ", ".join(parts)
+
+
+QUALITY: Workload[QualitySettings] = Workload(
+    "quality", QualitySettings, quality, record=QUALITY_RECORDS,
+    legacy={"recall_lengths": "recall_lengths", "recall_depths": "recall_depths", "quality_max_tokens": "max_tokens",
+            "prefix_chars_per_token": "chars_per_token"},
+    last=True, tables=quality_tables, column=MainColumn("Quality", quality_cells, Cell("-", {"agreement": None})),
+    marks=quality_marks, summary=quality_summary)

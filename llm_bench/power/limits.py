@@ -13,7 +13,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -29,11 +29,11 @@ STATE_ENV = "LLM_BENCH_STATE_DIR"
 STATE_NAME = "power-restore.json"
 
 
-def state_path(env: dict[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    if env.get(STATE_ENV):
-        return Path(env[STATE_ENV]) / STATE_NAME
-    base = Path(env["XDG_STATE_HOME"]) if env.get("XDG_STATE_HOME") else Path.home() / ".local" / "state"
+def state_path(env: Mapping[str, str] | None = None) -> Path:
+    environ = os.environ if env is None else env
+    if environ.get(STATE_ENV):
+        return Path(environ[STATE_ENV]) / STATE_NAME
+    base = Path(environ["XDG_STATE_HOME"]) if environ.get("XDG_STATE_HOME") else Path.home() / ".local" / "state"
     return base / "llm-bench" / STATE_NAME
 
 
@@ -214,40 +214,28 @@ def sweep(nvml: Nvml, gpus: Sequence[int], limits_w: Sequence[float], measure: M
     return results
 
 
-def markdown(results: Sequence[LimitResult]) -> str:
-    lines = ["| Limit W | Decode t/s | Tokens/J | J/token | Mean power W | Max temp C | SM MHz | Energy from |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in results:
-        jpt = None if not r.tokens_per_joule else 1.0 / r.tokens_per_joule
-        lines.append(f"| {r.limit_w:.0f} | {fmt(r.decode_tps)} | {fmt(r.tokens_per_joule, 3)} | {fmt(jpt, 2)} | "
-                     f"{fmt(r.mean_power_w)} | {fmt(r.max_temperature_c, 0)} | {fmt(r.mean_sm_clock_mhz, 0)} | "
-                     f"{r.energy_source or '-'}" + (f" FAILED: {'; '.join(r.errors)}" if r.errors else "") + " |")
-    return "\n".join(lines) + "\n"
-
-
 def draw_power_chart(results: Sequence[LimitResult], path: Path, title: str | None = None) -> Path:
     """Decode t/s and tokens per joule against the power limit; temperature written at each point."""
 
-    done = [r for r in results if r.decode_tps is not None]
+    done = [(r, r.decode_tps) for r in results if r.decode_tps is not None]
     if not done:
         raise ValueError("no limit has a decode rate to draw")
     with figure(path, dpi=110, figsize=(8, 4.5)) as (fig, ax):
-        xs = [r.limit_w for r in done]
-        ax.plot(xs, [r.decode_tps for r in done], "o-", color="#2b6cb0", label="decode t/s")
+        xs = [r.limit_w for r, _ in done]
+        ax.plot(xs, [tps for _, tps in done], "o-", color="#2b6cb0", label="decode t/s")
         ax.set_xlabel("power limit (W)")
         ax.set_ylabel("decode tokens/s", color="#2b6cb0")
-        ax.set_ylim(0, max(r.decode_tps for r in done) * 1.25)
-        for r in done:
+        ax.set_ylim(0, max(tps for _, tps in done) * 1.25)
+        for r, tps in done:
             if r.max_temperature_c is not None:
-                ax.annotate(f"{r.max_temperature_c:.0f} C", (r.limit_w, r.decode_tps), textcoords="offset points",
+                ax.annotate(f"{r.max_temperature_c:.0f} C", (r.limit_w, tps), textcoords="offset points",
                             xytext=(0, 8), ha="center", fontsize=8, color="#742a2a")
-        eff = [r for r in done if r.tokens_per_joule is not None]
+        eff = [(r.limit_w, r.tokens_per_joule) for r, _ in done if r.tokens_per_joule is not None]
         if eff:
             ax2 = ax.twinx()
-            ax2.plot([r.limit_w for r in eff], [r.tokens_per_joule for r in eff], "s--", color="#2f855a",
-                     label="tokens per joule")
+            ax2.plot([w for w, _ in eff], [tpj for _, tpj in eff], "s--", color="#2f855a", label="tokens per joule")
             ax2.set_ylabel("tokens per joule", color="#2f855a")
-            ax2.set_ylim(0, max(r.tokens_per_joule for r in eff) * 1.25)
+            ax2.set_ylim(0, max(tpj for _, tpj in eff) * 1.25)
             ax2.spines[["top"]].set_visible(False)
         ax.set_xticks(xs)
         ax.set_title(title or "Power-limit sweep: decode speed and efficiency (labels: max GPU temperature)")

@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-
 from llm_bench.engines import Engine
 from llm_bench.engines.errors import ServerError
 

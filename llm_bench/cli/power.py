@@ -2,37 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from pathlib import Path
 
 import click
 
 from llm_bench.cli.exits import CouldNotRun
 from llm_bench.cli.options import list_option, log, open_server, server_options
-from llm_bench.engines import select_models
 from llm_bench.engines.errors import ServerError
-from llm_bench.engines.stream import ChatRequest
-from llm_bench.gpu import power as p
 from llm_bench.gpu.nvml import Nvml, PowerLimitError
-from llm_bench.plan import DEFAULT_URL, PlanError, shipped_prompt
-from llm_bench.workloads.power_limit import measurer
-from llm_bench.results import reserve_path, results_stem, write_toml
-
-
-def run_meta(kind: str, url: str, nvml: Nvml) -> dict:
-    """The provenance a power sweep's or a soak's results file starts with."""
-    return {k: v for k, v in {
-        "format": f"llm-bench-{kind}/1", "server_url": url,
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "gpu_driver": nvml.driver_version(), "gpus": nvml.details(),
-        "nvml_unavailable": None if nvml.available else nvml.unavailable,
-    }.items() if v is not None}
-
-
-def write_new(folder: Path, stem: str, data: dict) -> Path:
-    path = reserve_path(folder, stem)
-    write_toml(path, data)
-    return path
+from llm_bench.plan import PlanError
+from llm_bench.power.command import PowerSettings, run_power, show_limits
 
 
 def _parse_limits(values: tuple[str, ...]) -> list[float]:
@@ -69,40 +48,20 @@ def power(limits, gpus, url, engine, api_key_file, api_key_env, metrics_url, met
         if not nvml.available:
             raise CouldNotRun(f"NVML is not available: {nvml.unavailable}")
         if show:
-            for i in range(nvml.count()):
-                lim = nvml.power_limits(i)
-                click.echo(f"GPU{i}: " + ("no power limit reported" if lim is None else
-                           f"limit {lim.current_w:.0f} W (default {lim.default_w or 0:.0f} W, "
-                           f"range {lim.min_w or 0:.0f}-{lim.max_w or 0:.0f} W)"))
+            click.echo("\n".join(show_limits(nvml)))
             return
         if not limits:
             raise click.UsageError("give --limits (or --show)")
-        watts = _parse_limits(limits)
         try:
-            chosen = [int(g) for g in gpus] or list(range(nvml.count()))
+            settings = PowerSettings(tuple(_parse_limits(limits)), tuple(int(g) for g in gpus), alias, runs,
+                                     max_tokens, prompt_name, settle_s)
         except ValueError as e:
             raise click.BadParameter(f"GPU indexes are whole numbers ({e})", param_hint="--gpu") from e
-        url = url or DEFAULT_URL
         server = open_server(url, engine, api_key_file, api_key_env, metrics_url, metrics_key)
         try:
-            model = alias or select_models(server, ())[0]
-            if alias:
-                select_models(server, (alias,))
-            request = ChatRequest(model, shipped_prompt(prompt_name), max_tokens, 1.0, 42)
-            log(f"Warming up {model} ...")
-            server.stream(request)
-            meta = run_meta("power", url, nvml) | {"alias": model, "gpus_limited": chosen, "limits_w": watts,
-                                                "runs": runs, "max_tokens": max_tokens, "settle_s": settle_s}
-            results = p.sweep(nvml, chosen, watts, measurer(server, request, runs, nvml, log), log,
-                              settle_s=settle_s)
+            done = run_power(server, nvml, settings, output_dir, log, chart_path)
         except (PowerLimitError, ServerError, PlanError) as e:
             raise CouldNotRun(str(e)) from e
         finally:
             server.close()
-    path = write_new(output_dir, results_stem(datetime.now(timezone.utc), f"power-{model}"),
-                       {"meta": meta, "limits": [r.to_toml() for r in results]})
-    log(f"Results written to {path}")
-    click.echo(p.markdown(results), nl=False)
-    if chart_path:
-        p.draw_power_chart(results, chart_path, f"Power sweep: {model}")
-        log(f"Chart written to {chart_path}")
+    click.echo(done.table, nl=False)

@@ -17,32 +17,29 @@ as a possible leak, decode slowing or TTFT growing steadily.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from llm_bench.diagnostics.checks import check_xid, check_xid_events
 from llm_bench.diagnostics.gpu_errors import GpuErrorWatch
 from llm_bench.diagnostics.restarts import Restart, RestartWatch
-from llm_bench.diagnostics.soak_requests import (
+from llm_bench.engines import Engine
+from llm_bench.engines.errors import RequestRefused, RequestTimeout, ServerError, ServerUnreachable, StreamBroken
+from llm_bench.engines.stream import ChatRequest
+from llm_bench.gpu.nvml import Nvml
+from llm_bench.prompts import shipped_prompt
+from llm_bench.results import Tail, run_record, tail_of
+from llm_bench.soak.requests import (
     SPECIAL_KINDS,
     Capabilities,
     capabilities,
     send,
 )
-from llm_bench.engines import Engine
-from llm_bench.engines.errors import ServerError, ServerUnreachable
-from llm_bench.engines.stream import ChatRequest
-from llm_bench.gpu.nvml import Nvml
-from llm_bench.plan import shipped_prompt
-from llm_bench.results import Tail, tail_of
 from llm_bench.support.fanout import fan_out
-from llm_bench.support.plotting import figure
 from llm_bench.support.stats import CONFIDENCE, slope_interval
-from llm_bench.workloads.common import long_prompt, run_record
+from llm_bench.workloads.common import long_prompt
 
 Log = Callable[[str], None]
 KINDS = ("prose", "code", "json", "long", "concurrent", "tool", "thinking", "image")
@@ -192,21 +189,12 @@ class SoakResult:
         }
 
 
-def tail_cell(tail: Tail) -> str:
-    return f"{tail.value:.2f}" if tail.label != "max" else f"max {tail.value:.2f} (n={tail.samples})"
+FAILURES = {ServerUnreachable: "unreachable", RequestTimeout: "timeout", RequestRefused: "http",
+            StreamBroken: "dropped"}
 
 
 def classify(error: ServerError) -> str:
-    text = str(error)
-    if isinstance(error, ServerUnreachable):
-        return "unreachable"
-    if "timed out" in text:
-        return "timeout"
-    if text.startswith("HTTP ") or " HTTP " in text:
-        return "http"
-    if "stream" in text:
-        return "dropped"
-    return "other"
+    return next((name for kind, name in FAILURES.items() if isinstance(error, kind)), "other")
 
 
 def trend(metric: str, points: Sequence[tuple[float, float]]) -> Trend | None:
@@ -351,7 +339,7 @@ def _count_gpu_errors(result: SoakResult, watch: GpuErrorWatch, nvml: Nvml | Non
 def _one(engine: Engine, request: ChatRequest) -> SoakRequest:
     try:
         m = engine.stream(request)
-        run = run_record(m, engine.kind)
+        run = run_record(m, engine)
     except ServerError as e:
         return SoakRequest(0.0, "", False, failure=classify(e), message=str(e)[:300])
     except Exception as e:  # noqa: BLE001 - any other error is this request's failure, not the soak's end
@@ -388,107 +376,3 @@ def _send(engine: Engine, model: str, kind: str, settings: SoakSettings, n: int,
     return [o.value if o.ok and o.value is not None else
             SoakRequest(0.0, kind, False, failure="other", message=f"{type(o.error).__name__}: {o.error}"[:300])
             for o in outcomes]
-
-
-KIND_WORDS = {"prose": "prose", "code": "code", "json": "JSON", "long": "long prompts",
-              "concurrent": "concurrent generation", "tool": "tool calls", "thinking": "thinking",
-              "image": "image input"}
-
-
-DRIFT_WORDS = {"decode_tps": ("decode", "t/s"), "ttft_ms": ("TTFT", "ms"), "vram_mib": ("VRAM", "MiB")}
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n:,} {word}" + ("" if n == 1 else "s")
-
-
-def drift_text(result: SoakResult) -> str:
-    """The drift beyond noise, each slope with its interval; "no drift beyond noise" when none is."""
-    drifting = [t for t in result.trends if t.beyond_noise]
-    if not result.trends:
-        return ""
-    if not drifting:
-        return "no drift beyond noise"
-    words = DRIFT_WORDS
-    return "drift: " + ", ".join(
-        f"{words[t.metric][0]} {t.slope_per_min:+.2f} {words[t.metric][1]} per min "
-        f"(95 % CI {t.slope_low_per_min:+.2f} to {t.slope_high_per_min:+.2f})" for t in drifting)
-
-
-def headline(result: SoakResult) -> str:
-    """The report's sentence: requests and their kinds, failures, restarts, new GPU errors, drift; what
-    was not watched is said so, never counted as 0."""
-    kinds = [KIND_WORDS[k] for k in KINDS if result.counts_by_kind().get(k)]
-    kinds_text = (", ".join(kinds[:-1]) + " and " + kinds[-1]) if len(kinds) > 1 else "".join(kinds)
-    failed = sum(result.failures.values())
-    restarts = str(result.restart_count) if result.restarts else "uncounted"
-    gpu = (f"{result.gpu_error_count} new GPU error{'' if result.gpu_error_count == 1 else 's'}"
-           if result.gpu_errors_watched else "GPU errors not watched")
-    drift = drift_text(result)
-    return (f"{_plural(len(result.requests), 'mixed request')} ({kinds_text}) in {result.duration_s:.0f} s with "
-            f"{_plural(failed, 'failure')}, {restarts} restart{'' if restarts == '1' else 's'} and {gpu}"
-            + (f"; {drift}" if drift else "") + f" (stopped by {result.stopped_by}).")
-
-
-def markdown(result: SoakResult) -> str:
-    lines = [f"Soak: {headline(result)}", ""]
-    if result.failures_by_kind:
-        lines.append("Failures by kind: " + "; ".join(
-            f"{kind} {sum(per.values())} (" + ", ".join(f"{k} {v}" for k, v in sorted(per.items())) + ")"
-            for kind, per in sorted(result.failures_by_kind.items())))
-        examples = {}
-        for r in result.requests:
-            if not r.ok and r.kind not in examples:
-                examples[r.kind] = r.message
-        lines += [f"- {kind}: {message}" for kind, message in examples.items()]
-    for kind, reason in result.skipped.items():
-        lines.append(f"Skipped {kind}: {reason}")
-    for restart in result.restarts:
-        lines.append(f"Restarts, {restart.source}: {restart.count} ({restart.evidence})")
-    lines += [f"New GPU error: {e}" for e in result.gpu_errors]
-    lines += [f"Not watched: {u}" for u in result.unwatched]
-    lines += ["", "| Metric | p50 | p90 | p99 |", "|---|---|---|---|"]
-    for metric, label in (("ttft_ms", "TTFT ms"), ("decode_tps", "Decode t/s"), ("wall_s", "Latency s")):
-        p = result.tails(metric)
-        if p:
-            lines.append(f"| {label} | " + " | ".join(tail_cell(p[q]) for q in (50, 90, 99)) + " |")
-    if result.trends:
-        lines += ["", "| Drift | slope per min | 95 % CI | beyond noise | R^2 | first | last |",
-                  "|---|---|---|---|---|---|---|"]
-        lines += [f"| {t.metric} | {t.slope_per_min:+.3f} | {t.slope_low_per_min:+.3f} to "
-                  f"{t.slope_high_per_min:+.3f} | {'yes' if t.beyond_noise else 'no'} | {t.r2:.2f} | {t.first:.1f} | "
-                  f"{t.last:.1f} |"
-                  for t in result.trends]
-    if result.warnings:
-        lines += [""] + [f"- {w}" for w in result.warnings]
-    return "\n".join(lines) + "\n"
-
-
-def draw_soak_chart(result: SoakResult, path: Path, title: str | None = None) -> Path:
-    """Decode t/s, TTFT and VRAM over the soak, with the fitted drift lines."""
-
-    metrics = [("decode_tps", "decode t/s"), ("ttft_ms", "TTFT ms"), ("vram_mib", "VRAM MiB (all GPUs)")]
-    with figure(path, dpi=110, nrows=len(metrics), ncols=1, figsize=(9, 7), sharex=True) as (fig, axes):
-        trends = {t.metric: t for t in result.trends}
-        for ax, (metric, label) in zip(axes, metrics):
-            pts = [(r.t_s, getattr(r, metric)) for r in result.requests if getattr(r, metric) is not None]
-            bad = [r.t_s for r in result.requests if not r.ok]
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], ".", color="#2b6cb0", markersize=4)
-            t = trends.get(metric)
-            if t is not None and pts:
-                x0, x1 = pts[0][0], pts[-1][0]
-                slope = t.slope_per_min / 60.0
-                mx = statistics.fmean(p[0] for p in pts)
-                my = statistics.fmean(p[1] for p in pts)
-                ax.plot([x0, x1], [my + slope * (x0 - mx), my + slope * (x1 - mx)], "--", color="#c53030",
-                        label=f"slope {t.slope_per_min:+.2f}/min (95 % CI {t.slope_low_per_min:+.2f} to "
-                              f"{t.slope_high_per_min:+.2f}{'' if t.beyond_noise else ': within noise'})")
-                ax.legend(loc="upper right", fontsize=8)
-            for x in bad:
-                ax.axvline(x, color="#e53e3e", alpha=0.3, linewidth=1)
-            ax.set_ylabel(label)
-            ax.spines[["top", "right"]].set_visible(False)
-        axes[-1].set_xlabel("seconds since the start of the soak (red lines: failed requests)")
-        fig.suptitle(title or f"Soak: {len(result.requests)} requests, {sum(result.failures.values())} failed")
-    return path

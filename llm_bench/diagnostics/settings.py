@@ -1,0 +1,26 @@
+"""The settings of the doctor's checks that run during every measurement (``[checks]`` in a plan)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from llm_bench.validation import check_fields
+
+
+@dataclass(frozen=True)
+class Checks:
+    """Settings of the doctor's checks that run during every measurement (see docs/gpu.md)."""
+
+    log_file: Path | None = None  # a file with the server's log
+    log_command: str | None = None  # or a command printing it; neither: the journal when it exists
+    power_floor_w: float | None = field(default=None, metadata={"min": 0.0})  # warn when a GPU's limit is below this
+    # warn when decode reaches less than this fraction of the roofline
+    roofline_min: float = field(default=0.25, metadata={"min": 0.0, "max": 1.0})
+    # the llama.cpp build's name (e.g. "llamampere") when neither the marker nor /props says which it is
+    build: str | None = None
+    marker: Path = Path("/etc/llama-cpp/active.json")  # the NixOS module's note of the active package
+    kernel_log: Path | None = None  # kernel log lines to watch for Xid errors; default: journalctl -k or dmesg
+
+    def __post_init__(self) -> None:
+        check_fields(self)
