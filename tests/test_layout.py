@@ -14,7 +14,7 @@ from llm_bench.results import load_results
 PACKAGE = Path(__file__).resolve().parents[1] / "llm_bench"
 
 # Which layer may import which: a module never imports from a layer above its own.
-LAYERS = ["support", "validation", "prompts", "testbed", "engines", "results", "preset_args", "tables", "gpu",
+LAYERS = ["support", "quality", "validation", "prompts", "testbed", "engines", "results", "preset_args", "tables", "gpu",
           "provenance", "diagnostics", "workloads", "plan", "runner", "report", "sweep", "demo", "tune", "soak", "power", "cli"]
 
 
