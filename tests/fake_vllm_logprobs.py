@@ -49,7 +49,8 @@ def logprobs_after(previous: int, position: int, model: FakeModel) -> np.ndarray
     """The model's natural log-probabilities over the vocabulary for the token at ``position``."""
     logits = np.random.default_rng(previous * 7919 + position).normal(size=VOCAB) * 2.5
     if model.noise:
-        logits = logits + np.random.default_rng(10_000_000 + previous * 7919 + position).normal(size=VOCAB) * model.noise
+        perturbation = np.random.default_rng(10_000_000 + previous * 7919 + position).normal(size=VOCAB)
+        logits = logits + perturbation * model.noise
     return logits - np.logaddexp.reduce(logits)
 
 

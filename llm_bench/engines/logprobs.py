@@ -3,13 +3,16 @@ every position the model's top-k next-token log-probabilities come back, before 
 
 llama-server (``LlamaServerLogprobs``): one ``/completion`` per position, with the token ids of the
 prefix as the prompt, ``n_predict: 1``, ``n_probs: k`` and the prompt cache on, so each request
-processes one new token (the server reports ``timings.prompt_n`` 1; about 12 ms a request for
+processes one new token (the server reports ``timings.prompt_n`` 1; 12 to 16 ms a request for
 SmolLM2-135M on 2 CPU cores). Without ``post_sampling_probs`` the server lists the top ``n_probs``
 tokens of a plain softmax of the logits (no temperature, penalties or truncation), which is the
 model's own distribution; with it, a greedy request would report a probability of 1. ``/completion``
 reports log-probabilities only for generated tokens (``n_predict: 0`` generates none), hence one
 request per position. ``response_fields`` keeps each answer to the probabilities: the full answer
-repeats the prompt's text, which grows with every position.
+repeats the prompt's text, which grows with every position. Since one token is predicted, a preset's
+speculative decoding never drafts here: its distributions are its target model's, so what teacher
+forcing measures is the weights and the KV cache; whether drafting changes answers is for the
+exact-answer comparison.
 
 vLLM (``VllmLogprobs``): one ``/v1/completions`` with the ids as the prompt and ``prompt_logprobs: k``
 returns every position at once. vLLM lists, per position, the top k and the prompt's own token when
@@ -104,8 +107,7 @@ def _entries(entries: Any, where: str) -> TopLogprobs:
     try:
         return {int(e["id"]): float(e["logprob"]) for e in entries}
     except (KeyError, TypeError, ValueError) as e:
-        raise MissingLogprobs(f"{where}: unreadable log-probabilities ({e!r}); "
-                              "was post_sampling_probs set on the server's side?") from e
+        raise MissingLogprobs(f"{where}: unreadable log-probabilities ({e!r})") from e
 
 
 class LlamaServerLogprobs:
@@ -154,11 +156,15 @@ class LlamaServerLogprobs:
         return _entries(probabilities[0].get("top_logprobs"), where), processed if isinstance(processed, int) else None
 
     def next_token_logprobs(self, model: str, token_ids: Sequence[int], first: int, k: int) -> Forced:
-        answers = [self.parse(self.client.post_json("/completion", self.request(model, token_ids[:i], k)),
-                              f"{model!r}, position {i}")
-                   for i in range(first, len(token_ids))]
-        processed = [n for _, n in answers]
-        return Forced([top for top, _ in answers], None if None in processed else processed)
+        top: list[TopLogprobs] = []
+        processed: list[int | None] = []
+        for i in range(first, len(token_ids)):
+            listed, evaluated = self.parse(self.client.post_json("/completion", self.request(model, token_ids[:i], k)),
+                                           f"{model!r}, position {i}")
+            check_listed(model, i, listed, k)  # a short list fails at the first position, not after all of them
+            top.append(listed)
+            processed.append(evaluated)
+        return Forced(top, None if None in processed else [n for n in processed if n is not None])
 
 
 class VllmLogprobs:
@@ -247,11 +253,10 @@ def check_same_tokens(reference: str, reference_ids: Sequence[int], model: str, 
     )
 
 
-def check_complete(model: str, top: Sequence[TopLogprobs], first: int, k: int) -> None:
-    for j, listed in enumerate(top):
-        if len(listed) < k:
-            raise MissingLogprobs(f"{model!r}, position {first + j}: the server listed {len(listed)} "
-                                  f"log-probabilities where {k} were asked for")
+def check_listed(model: str, position: int, listed: TopLogprobs, k: int) -> None:
+    if len(listed) < k:
+        raise MissingLogprobs(f"{model!r}, position {position}: the server listed {len(listed)} "
+                              f"log-probabilities where {k} were asked for")
 
 
 def check_tokenisation(source: LogprobSource, model: str, text: str, reference: str,
@@ -268,6 +273,7 @@ def teacher_force(source: LogprobSource, model: str, token_ids: Sequence[int], f
     started = time.perf_counter()
     forced = source.next_token_logprobs(model, token_ids, first, k)
     seconds = time.perf_counter() - started
-    check_complete(model, forced.top, first, k)
+    for j, listed in enumerate(forced.top):
+        check_listed(model, first + j, listed, k)
     processed = None if forced.processed is None else tuple(forced.processed)
     return TeacherForced(model, tuple(token_ids), first, k, tuple(forced.top), seconds, processed)
