@@ -185,6 +185,7 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
                     writer.extend(e.records)
                     raise RunAborted(f"{e}; results so far are in {writer.path}") from e.cause
                 writer.extend(records)
+                protocol = protocol.carried(records)
                 durations.append(time.perf_counter() - t0)
                 log(f"  done in {durations[-1]:.1f} s")
             writer.finish(datetime.now(timezone.utc))

@@ -95,6 +95,10 @@ class LogprobSource(Protocol):
         """The model's context in tokens, where the server reports it."""
         ...
 
+    def template(self, model: str, prompt: str) -> str:
+        """The text the model is given for ``prompt`` as a user's chat message, up to where its answer starts."""
+        ...
+
     def next_token_logprobs(self, model: str, token_ids: Sequence[int], first: int, k: int) -> Forced:
         """For each position ``first .. len(token_ids) - 1``, the top-k next-token log-probabilities
         given the ids before it."""
@@ -127,6 +131,11 @@ class LlamaServerLogprobs:
         props = self.client.get_json("/props", model=model, autoload="true")
         n_ctx = (props.get("default_generation_settings") or {}).get("n_ctx")
         return int(n_ctx) if n_ctx else None
+
+    def template(self, model: str, prompt: str) -> str:
+        body = self.client.post_json("/apply-template", {"model": model,
+                                                         "messages": [{"role": "user", "content": prompt}]})
+        return str(body["prompt"])
 
     @staticmethod
     def request(model: str, prefix: Sequence[int], k: int) -> dict[str, Any]:
@@ -181,6 +190,12 @@ class VllmLogprobs:
         if body.get("max_model_len"):
             self._max_model_len[model] = int(body["max_model_len"])
         return [int(t) for t in body.get("tokens", [])]
+
+    def template(self, model: str, prompt: str) -> str:
+        # vLLM applies the chat template in /tokenize; /detokenize gives the text back
+        ids = self.client.post_json("/tokenize", {"model": model, "messages": [{"role": "user", "content": prompt}],
+                                                  "add_generation_prompt": True}).get("tokens", [])
+        return str(self.client.post_json("/detokenize", {"model": model, "tokens": ids})["prompt"])
 
     def context_length(self, model: str) -> int | None:
         if model not in self._max_model_len:
@@ -245,7 +260,7 @@ def check_same_tokens(reference: str, reference_ids: Sequence[int], model: str, 
     """The configuration must tokenise the text exactly as the reference does."""
     if list(reference_ids) == list(ids):
         return
-    at = next((i for i, (a, b) in enumerate(zip(reference_ids, ids)) if a != b), min(len(reference_ids), len(ids)))
+    at = next((i for i, (a, b) in enumerate(zip(reference_ids, ids, strict=False)) if a != b), min(len(reference_ids), len(ids)))
     raise TokenizerDiffers(
         f"{model!r} tokenises the reference text differently from {reference!r} ({len(ids)} tokens against "
         f"{len(reference_ids)}, first difference at token {at}): another vocabulary, so their token "

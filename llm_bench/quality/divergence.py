@@ -106,8 +106,8 @@ def per_position(refs: Sequence[TopLogprobs], cfgs: Sequence[TopLogprobs]) -> tu
     """The divergence and the same-top indicator (1.0 or 0.0) at each position."""
     if len(refs) != len(cfgs):
         raise ValueError(f"the reference has {len(refs)} positions and the configuration {len(cfgs)}")
-    kld = np.array([position_kld(r, c) for r, c in zip(refs, cfgs)], dtype=float)
-    same = np.array([float(top_token(r) == top_token(c)) for r, c in zip(refs, cfgs)])
+    kld = np.array([position_kld(r, c) for r, c in zip(refs, cfgs, strict=True)], dtype=float)
+    same = np.array([float(top_token(r) == top_token(c)) for r, c in zip(refs, cfgs, strict=True)])
     return kld, same
 
 

@@ -103,7 +103,7 @@ def _four_keys(r: random.Random) -> Drawn:
     keys = r.sample(KEYS, 4)
     values: list[str | int] = [r.choice(WORDS) if r.random() < 0.5 else r.randint(100, 999) for _ in keys]
     asked = r.randrange(4)
-    return f'In {json.dumps(dict(zip(keys, values)))}, what is the value of "{keys[asked]}"?', str(values[asked]), ()
+    return f'In {json.dumps(dict(zip(keys, values, strict=True)))}, what is the value of "{keys[asked]}"?', str(values[asked]), ()
 
 
 def _order_lookup(r: random.Random) -> Drawn:

@@ -58,7 +58,7 @@ def paired_verdict(reference: Sequence[bool], configuration: Sequence[bool], alp
     if len(reference) != len(configuration):
         raise ValueError(f"the reference answered {len(reference)} items and the configuration "
                          f"{len(configuration)}: a paired comparison needs the same items")
-    pairs = list(zip(reference, configuration))
+    pairs = list(zip(reference, configuration, strict=True))
     both_right = sum(r and c for r, c in pairs)
     lost = sum(r and not c for r, c in pairs)
     gained = sum(c and not r for r, c in pairs)
