@@ -49,7 +49,7 @@ from llm_bench.results import (
 )
 from llm_bench.runner import RunAborted, measure_alias
 from llm_bench.tune.grid import Candidate
-from llm_bench.tune.plan import TunePlan
+from llm_bench.tune.plan import QualityGate, TunePlan
 from llm_bench.tune.serve import Served, load_errors
 from llm_bench.workloads.quality import QUALITY
 from llm_bench.workloads.quality.score import (
@@ -107,6 +107,21 @@ def score(candidate: AliasRecord, control: AliasRecord) -> QualityScore:
                         recall_share(candidate.recall), recall_share(control.recall),
                         accuracy(candidate.questions), accuracy(control.questions), dist, answers,
                         quality_verdict(dist, answers, same_answers(control, candidate)))
+
+
+def gate_reasons(q: QualityScore, gate: QualityGate) -> list[str]:
+    """Why the quality gate refuses a candidate with this score against the control (none: it passes)."""
+    reasons = []
+    if q.verdict is None:
+        problem = q.distributions.problem if q.distributions is not None else None
+        reasons.append(f"quality not scored: {problem or 'no token distributions were measured'}")
+    elif VERDICTS.index(q.verdict) > VERDICTS.index(gate.accept):
+        reasons.append(f"{verdict_text(q.verdict, q.distributions, q.answers)} (the gate accepts {gate.accept})")
+    if gate.min_agreement is not None and q.identical_share < gate.min_agreement:
+        reasons.append(f"agreement {q.identical_share:.0%} < {gate.min_agreement:.0%} ({q.agreement.describe()})")
+    if q.recall is not None and q.control_recall is not None and q.recall < q.control_recall - gate.max_recall_drop:
+        reasons.append(f"recall {q.recall:.0%} below the control's {q.control_recall:.0%}")
+    return reasons
 
 
 @dataclass
@@ -343,18 +358,7 @@ class Tuner:
         if entry.control or entry.quality_record is None or control is None:
             return
         entry.quality = q = score(entry.quality_record, control)
-        gate = self.plan.quality
-        reasons = []
-        if q.verdict is None:
-            problem = q.distributions.problem if q.distributions is not None else None
-            reasons.append(f"quality not scored: {problem or 'no token distributions were measured'}")
-        elif VERDICTS.index(q.verdict) > VERDICTS.index(gate.accept):
-            reasons.append(f"{verdict_text(q.verdict, q.distributions, q.answers)} (the gate accepts {gate.accept})")
-        if gate.min_agreement is not None and q.identical_share < gate.min_agreement:
-            reasons.append(f"agreement {q.identical_share:.0%} < {gate.min_agreement:.0%} ({q.agreement.describe()})")
-        if q.recall is not None and q.control_recall is not None and q.recall < q.control_recall - gate.max_recall_drop:
-            reasons.append(f"recall {q.recall:.0%} below the control's {q.control_recall:.0%}")
-        entry.rejected = "; ".join(reasons) or None
+        entry.rejected = "; ".join(gate_reasons(q, self.plan.quality)) or None
 
     def eligible(self, entry: Entry) -> bool:
         if entry.control:

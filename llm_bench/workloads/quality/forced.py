@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING
 
 from llm_bench.engines import Engine
 from llm_bench.engines.completion import CompletionRequest
-from llm_bench.engines.logprobs import LogprobSource, TeacherForcingError, check_same_tokens, teacher_force
+from llm_bench.engines.errors import ServerError, ServerUnreachable
+from llm_bench.engines.logprobs import (
+    LogprobSource,
+    MissingLogprobs,
+    TeacherForcingError,
+    check_same_tokens,
+    teacher_force,
+)
 from llm_bench.quality.exact_items import generate_items, is_correct
 from llm_bench.results import AliasRecord, ExactAnswer, ForcedText
 
@@ -69,6 +76,10 @@ def force(source: LogprobSource, alias: str, reference: Sequence[ReferenceText],
     forced = []
     for ref in reference:
         ids = source.tokenize(alias, ref.text)
+        if len(ids) < 2:
+            raise MissingLogprobs(f"{alias!r}: the server tokenised the text into {len(ids)} token(s), so there "
+                                  "is no position to ask log-probabilities for; is its /tokenize route the "
+                                  "one this engine expects?")
         check_same_tokens(ref.made_by, ref.token_ids, alias, ids)
         first = max(1, len(source.tokenize(alias, ref.prompt))) if ref.prompt else 1
         got = teacher_force(source, alias, ids, first, k)
@@ -94,6 +105,11 @@ def measure_distributions(engine: Engine, alias: str, settings: QualitySettings,
     except TeacherForcingError as e:
         record.forced, record.forced_error = [], str(e)
         return f"token distributions: NOT SCORED: {e}"
+    except ServerUnreachable:
+        raise
+    except ServerError as e:  # e.g. a server without the tokenise or template route: the rest of the record stays
+        record.forced, record.forced_error = [], f"a request for log-probabilities failed: {e}"
+        return f"token distributions: NOT SCORED: {record.forced_error}"
     record.forced_seconds = time.perf_counter() - started
     positions = sum(len(f.top_ids) for f in record.forced)
     return (f"token distributions: top {settings.top_k} at {positions} positions in {record.forced_seconds:.1f} s"
