@@ -138,14 +138,17 @@ class LlamaServerLogprobs:
         return str(body["prompt"])
 
     @staticmethod
-    def request(model: str, prefix: Sequence[int], k: int) -> dict[str, Any]:
+    def request(model: str, prefix: Sequence[int], k: int, cached: bool = True) -> dict[str, Any]:
         return {
             "model": model,
             "prompt": list(prefix),
             "n_predict": 1,
             "n_probs": k,
             "post_sampling_probs": False,  # the model's distribution, not the sampler's
-            "cache_prompt": True,  # the prefix is the last request's prompt plus one token
+            # The prefix is the last request's prompt plus one token. A segment's first request is
+            # evaluated whole: reusing whatever the slot last held (a shared system prompt, evaluated
+            # in other batches) changes the rounding of its cache, and with it every later position.
+            "cache_prompt": cached,
             "temperature": 0.0,
             # The one sampled token is pinned to a plain ASCII one: a byte token that begins a UTF-8
             # character is held back until the character completes, and with it the position's
@@ -168,8 +171,8 @@ class LlamaServerLogprobs:
         top: list[TopLogprobs] = []
         processed: list[int | None] = []
         for i in range(first, len(token_ids)):
-            listed, evaluated = self.parse(self.client.post_json("/completion", self.request(model, token_ids[:i], k)),
-                                           f"{model!r}, position {i}")
+            body = self.client.post_json("/completion", self.request(model, token_ids[:i], k, cached=i > first))
+            listed, evaluated = self.parse(body, f"{model!r}, position {i}")
             check_listed(model, i, listed, k)  # a short list fails at the first position, not after all of them
             top.append(listed)
             processed.append(evaluated)
