@@ -19,7 +19,7 @@ from llm_bench.results import (
     ResultsWriter,
     load_results,
 )
-from llm_bench.workloads.quality import code_found, load_quality_set, quality, recall_prompt, trim_answer
+from llm_bench.workloads.quality import QUALITY, code_found, load_quality_set, quality, recall_prompt, trim_answer
 from llm_bench.workloads.quality.score import agreement, control_for, quality_rows
 from tests.fake_vllm import FakeVllm, FakeVllmConfig
 

@@ -27,7 +27,14 @@ from llm_bench.testbed.tiny_gguf import TinyModelSpec, write_tiny_model
 from llm_bench.tune.plan import QualityGate
 from llm_bench.tune.search import gate_reasons, score
 from llm_bench.workloads.quality import QUALITY
-from llm_bench.workloads.quality.score import LOSSLESS, LOSSY, NEAR_LOSSLESS, quality_rows
+from llm_bench.workloads.quality.score import (
+    LOSSLESS,
+    LOSSY,
+    NEAR_LOSSLESS,
+    distributions,
+    quality_rows,
+    quality_verdict,
+)
 
 PLAIN, Q8, Q4, SELF_DRAFT, SHORT, TINY = ("smol-plain", "smol-kv-q8", "smol-kv-q4", "smol-self-draft", "smol-short",
                                           "tiny")
@@ -111,6 +118,15 @@ def test_the_verdicts_reach_the_tables_the_summary_the_html_and_json_csv(measure
     assert "near-lossless (KLD" in page and "lossy (KLD" in page and "Quality verdicts against" in page
 
 
+def test_distributions_over_other_tokens_than_the_references_are_not_scored(measured: Path) -> None:
+    records = {r.alias: r for r in load_results(measured).aliases if r.workload == "quality"}
+    other = records[Q8]
+    other.forced[2].token_ids[-1] += 1  # e.g. a results file from a run with another reference text
+    found = distributions(records[PLAIN], other)
+    assert found.divergence is None and "forced over other tokens than the reference smol-plain" in found.problem
+    assert quality_verdict(found, None, True) is None
+
+
 def test_tunes_quality_gate_takes_the_verdict(measured: Path) -> None:
     records = {r.alias: r for r in load_results(measured).aliases if r.workload == "quality"}
     scores = {name: score(records[name], records[PLAIN]) for name in (Q8, Q4, SELF_DRAFT)}
@@ -165,5 +181,4 @@ def test_fewer_log_probabilities_than_asked_and_a_server_without_prompt_logprobs
     none = Plan(url=bed.url, aliases=(TINY,), label="none", output_dir=tmp_path, engine="openai",
                 protocol=protocol(("quality",), text_file=text, exact_items_per_kind=0))
     record = next(r for r in load_results(run_plan(none, print).path).aliases if r.workload == "quality")
-    assert record.forced_error and not record.forced
-    print(record.forced_error)
+    assert "no position to ask log-probabilities for" in record.forced_error and not record.forced
