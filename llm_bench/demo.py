@@ -100,8 +100,8 @@ def write_smollm2_bed(folder: Path, model: Path, presets: tuple[str, ...] | None
 # Sized for 2 cores: a few minutes for every preset after the one-time build and download.
 DEMO_PROTOCOL = Protocol(max_tokens=128, runs=2, workloads=(STANDARD.name, QUALITY.name)).with_settings(
     QUALITY, {"max_tokens": 64, "recall_lengths": (1536, 2560), "recall_depths": (0.1, 0.5),
-              # token distributions over about 600 positions and 48 exact-answer items: about 30 s a preset
-              "text_tokens": 100, "exact_items_per_kind": 4})
+              # token distributions over about 380 positions and 24 exact-answer items: about 15 s a preset
+              "text_tokens": 64, "exact_items_per_kind": 2})
 
 
 def run_demo(folder: Path, protocol: Protocol, log: Callable[[str], None],
