@@ -84,8 +84,8 @@ def force(source: LogprobSource, alias: str, reference: Sequence[ReferenceText],
         first = max(1, len(source.tokenize(alias, ref.prompt))) if ref.prompt else 1
         got = teacher_force(source, alias, ids, first, k)
         ranked = [sorted(top.items(), key=lambda e: -e[1]) for top in got.top]
-        forced.append(ForcedText(ref.segment, ref.text, ref.prompt, got.first, list(ids), [[t for t, _ in r] for r in ranked],
-                                 [[lp for _, lp in r] for r in ranked]))
+        forced.append(ForcedText(ref.segment, ref.text, ref.prompt, got.first, list(ids),
+                                 [[t for t, _ in r] for r in ranked], [[lp for _, lp in r] for r in ranked]))
     return forced
 
 
