@@ -63,7 +63,8 @@ def check_vram(record: AliasRecord, reading: VramReading, protocol: Protocol) ->
 def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Log,
                   target: str = "") -> list[AliasRecord]:
     """Every workload of the protocol for one alias; a failure ends the alias, not the run."""
-    base = AliasRecord(alias=alias, target=target, engine=engine.kind, decode_source=engine.capabilities.decode_source)
+    base = AliasRecord(alias=alias, target=target, engine=engine.kind, decode_source=engine.capabilities.decode_source,
+                       thinking=None if protocol.thinking == "off" else protocol.thinking)
     records: list[AliasRecord] = []
     current = STANDARD.name  # the workload a failure is recorded against
     try:

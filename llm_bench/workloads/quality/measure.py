@@ -130,12 +130,13 @@ def recall_prompt(recall: RecallSet, filler_chars: int, depth: float, code: str)
     return f"{text[:at]}{needle} {text[at:]}\n\n{recall.question}"
 
 
-def question_request(alias: str, qset: QualitySet, question: Question, seed: int) -> CompletionRequest:
+def question_request(alias: str, qset: QualitySet, question: Question, seed: int,
+                     thinking: str = "server") -> CompletionRequest:
     messages: list[tuple[str, str]] = [("system", qset.answer_system)] if qset.answer_system else []
     for asked, answered in qset.answer_examples:
         messages += [("user", asked), ("assistant", answered)]
     messages.append(("user", question.prompt))
-    return CompletionRequest(alias, tuple(messages), QUESTION_MAX_TOKENS, seed)
+    return CompletionRequest(alias, tuple(messages), QUESTION_MAX_TOKENS, seed, thinking)
 
 
 def quality(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log) -> list[AliasRecord]:
@@ -146,24 +147,24 @@ def quality(engine: Engine, alias: str, protocol: RunParameters, base: AliasReco
 
     for item in qset.agreement:
         max_tokens = min(item.max_tokens, settings.max_tokens or item.max_tokens)
-        answer = engine.complete(CompletionRequest.of(alias, item.prompt, max_tokens, seed))
+        answer = engine.complete(CompletionRequest.of(alias, item.prompt, max_tokens, seed, protocol.thinking))
         record.quality_outputs.append(QualityOutput(item.id, answer.text, answer.output_tokens, answer.token_ids,
                                                     answer.finish_reason))
     with_ids = all(o.token_ids is not None for o in record.quality_outputs)
     record.quality_comparison = "tokens" if with_ids and record.quality_outputs else "characters"
 
     for question in qset.questions:
-        answer = engine.complete(question_request(alias, qset, question, seed))
+        answer = engine.complete(question_request(alias, qset, question, seed, protocol.thinking))
         record.questions.append(QuestionResult(question.id, question.kind, question.answer, answer.text,
                                                is_correct(answer.text, question.answer)))
 
-    record.recall = recall_probes(engine, alias, settings, seed, qset.recall, record, log)
+    record.recall = recall_probes(engine, alias, settings, seed, qset.recall, record, log, protocol.thinking)
     log("  " + describe_quality(record))
     return [record]
 
 
 def recall_probes(engine: Engine, alias: str, settings: QualitySettings, seed: int, recall: RecallSet,
-                  record: AliasRecord, log: Log) -> list[RecallProbe]:
+                  record: AliasRecord, log: Log, thinking: str = "server") -> list[RecallProbe]:
     n_ctx = engine.context_length(alias)
     probes = []
     n = 0
@@ -179,7 +180,7 @@ def recall_probes(engine: Engine, alias: str, settings: QualitySettings, seed: i
                 continue
             prompt = recall_prompt(recall, int(length * settings.chars_per_token), depth, code)
             try:
-                answer = engine.complete(CompletionRequest.of(alias, prompt, RECALL_MAX_TOKENS, seed))
+                answer = engine.complete(CompletionRequest.of(alias, prompt, RECALL_MAX_TOKENS, seed, thinking))
             except ServerError as e:  # e.g. a context the server could not report but refuses
                 probe.skipped = f"the server refused it: {e}"
                 record.errors.append(f"recall {length} tokens at depth {depth:g}: {e}")
