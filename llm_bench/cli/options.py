@@ -38,6 +38,8 @@ def shown(value: Any) -> str:
     """A default as a help text shows it."""
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if value is None:
+        return "none"
     if isinstance(value, tuple):
         return ",".join(str(v) for v in value)
     return f"{value:g}" if isinstance(value, float) else str(value)

@@ -404,6 +404,6 @@ def session_tables(rows: Sequence[Row], _baseline: Row | None = None) -> list[Ta
 
 SESSION: Workload[SessionSettings] = Workload(
     "session", SessionSettings, session,
-    flags=(Flag("--session-file", "session_file", "A JSON file of OpenAI chat messages for the session workload "
-                "(none: the shipped coding-agent session)", item=Path),),
+    flags=(Flag("--session-file", "session_file", "A JSON file of OpenAI chat messages to replay in the session "
+                "workload instead of the shipped coding-agent session", item=Path),),
     needs_prompt_cache=True, tables=session_tables)
