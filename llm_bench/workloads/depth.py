@@ -86,7 +86,7 @@ def calibrate(engine: Engine, request: ChatRequest, settings: DepthSettings) -> 
     base = _prompt_tokens(engine, request, request.prompt)
     sample = filler(SAMPLE_CHARS)
     with_sample = _prompt_tokens(engine, request, sample + request.prompt)
-    measured = settings.chars_per_token
+    measured = len(sample) / (with_sample - base) if with_sample > base else settings.chars_per_token
     return Calibration(base, measured)
 
 
