@@ -151,8 +151,8 @@ def run_demo(folder: Path, protocol: Protocol, log: Callable[[str], None],
         agent_writer = None
         if agents:
             log(f"speed at context depth and a replayed agent session: {', '.join(agents)}")
-            agent_writer = run_plan(replace(plan, aliases=agents, label="demo-cpu-agents",
-                                            protocol=replace(protocol, workloads=AGENT_WORKLOADS)), log)
+            agent_writer = run_plan(replace(plan, aliases=agents, protocol=replace(protocol, workloads=AGENT_WORKLOADS)),
+                                    log)
     sets = load_sets([writer.path] + ([agent_writer.path] if agent_writer else []))
     rows = rows_of(sets)
     baseline = find_baseline(rows, SMOL_BASELINE)
