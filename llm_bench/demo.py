@@ -2,15 +2,18 @@
 
 The demo serves SmolLM2-135M-Instruct (downloaded once, see ``testbed.smollm2``) under presets that
 show real text, real speculative decoding, KV cache types and a synthetic-acceptance preset that
-changes the output, measured for speed and quality. It needs no GPU, and leaves results, the
-Markdown table, the chart and the HTML report in one folder. The tiny random-weight bed
+changes the output, measured for speed and quality; two more presets (a chat template with a tool
+path) are measured at context depth and replaying an agent session. It needs no GPU, and leaves
+results, the Markdown table, the charts and the HTML report in one folder. The tiny random-weight bed
 (``write_demo_bed``) stays for the tests that need no real answers.
 """
 
 from __future__ import annotations
 
+import configparser
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from importlib import resources
 from pathlib import Path
 
 from llm_bench.plan import Plan, Protocol
@@ -24,7 +27,9 @@ from llm_bench.testbed.random_drafter import write_random_drafter
 from llm_bench.testbed.router import running_router
 from llm_bench.testbed.smollm2 import ensure_smollm2
 from llm_bench.testbed.tiny_gguf import TinyModelSpec, write_tiny_model
+from llm_bench.workloads.depth import DEPTH
 from llm_bench.workloads.quality import QUALITY
+from llm_bench.workloads.session import SESSION
 from llm_bench.workloads.standard import STANDARD
 
 BASELINE = "tiny-plain"
@@ -40,6 +45,8 @@ class DemoOutput:
     table: Path
     chart: Path
     html: Path
+    agent_results: Path | None = None  # the depth and session workloads on AGENT_PRESETS
+    depth_chart: Path | None = None
 
 
 def demo_presets(target: Path, draft: Path) -> dict[str, dict[str, str | int | float | bool]]:
@@ -66,6 +73,8 @@ def write_demo_bed(folder: Path) -> Path:
 
 
 SMOL_BASELINE = "smol-plain"
+# ChatML with a tool path and a think block that llama-server recognises (see the template's header).
+THINK_TEMPLATE = Path(str(resources.files("llm_bench.testbed") / "chatml-think.jinja"))
 # Room for the longest recall filler (DEMO_PROTOCOL) and its question; SmolLM2 was trained on 8192.
 SMOL_CONTEXT = 4096
 Preset = dict[str, str | int | float | bool]
@@ -74,6 +83,8 @@ Preset = dict[str, str | int | float | bool]
 def smollm2_presets(model: Path, drafter: Path) -> dict[str, Preset]:
     """What each preset shows is in the README (Quick start)."""
     spec: Preset = {"model": str(model), "spec-type": "draft-simple", "spec-draft-n-max": DRAFT_MAX}
+    agent: Preset = {"model": str(model), "jinja": True, "chat-template-file": str(THINK_TEMPLATE),
+                     "reasoning-format": "deepseek"}
     return {
         "*": {"ctx-size": SMOL_CONTEXT, "parallel": 1},
         SMOL_BASELINE: {"model": str(model)},
@@ -83,6 +94,12 @@ def smollm2_presets(model: Path, drafter: Path) -> dict[str, Preset]:
         "smol-kv-q4": {"model": str(model), "cache-type-k": "q4_0", "cache-type-v": "q4_0", "flash-attn": "on"},
         "smol-random-draft": {**spec, "model-draft": str(drafter)},
         "smol-synth": {**spec, "model-draft": str(drafter), "spec-synth-len": SYNTH_LEN},
+        # The depth and session workloads' presets: a chat template with a tool path (SmolLM2's own renders
+        # no tools) and a think block, as an agent's model has; and the same with n-gram drafting, which an
+        # agent's repetitive context feeds. (A q8_0 KV cache needs flash attention, whose prompt processing on
+        # these CPUs takes twice as long at 3,000 tokens of depth: too slow for the demo's budget.)
+        "smol-agent": agent,
+        "smol-agent-ngram": {**agent, "spec-type": "ngram-simple"},
     }
 
 
@@ -99,15 +116,27 @@ def write_smollm2_bed(folder: Path, model: Path, presets: tuple[str, ...] | None
 
 # Sized for 2 cores: a few minutes for every preset after the one-time build and download. 3 runs: the
 # fewest with which a verdict can be reached (3 against 3 give the exact interval 90 %; 2 against 2, 67 %).
+# The depth and session workloads run on their own two presets (AGENT_PRESETS), with depths and a session
+# that fit n_ctx 4096.
 DEMO_PROTOCOL = Protocol(max_tokens=128, runs=3, workloads=(STANDARD.name, QUALITY.name)).with_settings(
     QUALITY, {"max_tokens": 64, "recall_lengths": (1536, 2560), "recall_depths": (0.1, 0.5),
               # token distributions over about 380 positions and 24 exact-answer items: about 15 s a preset
-              "text_tokens": 64, "exact_items_per_kind": 2})
+              "text_tokens": 64, "exact_items_per_kind": 2}).with_settings(
+    DEPTH, {"depths": (0, 1024, 3072)}).with_settings(SESSION, {"max_tokens": 32})
+AGENT_PRESETS = ("smol-agent", "smol-agent-ngram")
+AGENT_WORKLOADS = (DEPTH.name, SESSION.name)
+
+
+def served_presets(ini: Path) -> list[str]:
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read_string(ini.read_text())
+    return [name for name in parser.sections() if name != "*"]
 
 
 def run_demo(folder: Path, protocol: Protocol, log: Callable[[str], None],
              presets: tuple[str, ...] | None = None) -> DemoOutput:
-    """The demo: every SmolLM2 preset, or only ``presets`` (the baseline among them for the comparison)."""
+    """The demo: every SmolLM2 preset, or only ``presets`` (the baseline among them for the comparison): the
+    protocol's workloads on all but AGENT_PRESETS, the depth and session workloads on those."""
     folder = folder.resolve()
     folder.mkdir(parents=True, exist_ok=True)
     log("llm-bench demo: a CPU llama-server router serving SmolLM2-135M-Instruct, speed and quality")
@@ -116,11 +145,19 @@ def run_demo(folder: Path, protocol: Protocol, log: Callable[[str], None],
     model = ensure_smollm2(log)
     ini = write_smollm2_bed(folder, model, presets)
     log(f"presets: {ini}")
+    names = served_presets(ini)
+    agents = tuple(name for name in names if name in AGENT_PRESETS)
     with running_router(binary, ini, log_path=folder / "llama-server.log") as router:
         log(f"router listening on {router.url} (log: {folder / 'llama-server.log'})")
-        plan = Plan(url=router.url, label="demo-cpu", output_dir=folder, protocol=protocol)
+        plan = Plan(url=router.url, aliases=tuple(n for n in names if n not in agents), label="demo-cpu",
+                    output_dir=folder, protocol=protocol)
         writer = run_plan(plan, log)
-    sets = load_sets([writer.path])
+        agent_writer = None
+        if agents:
+            log(f"speed at context depth and a replayed agent session: {', '.join(agents)}")
+            agent_writer = run_plan(replace(plan, aliases=agents, protocol=replace(protocol, workloads=AGENT_WORKLOADS)),
+                                    log)
+    sets = load_sets([writer.path] + ([agent_writer.path] if agent_writer else []))
     rows = rows_of(sets)
     baseline = find_baseline(rows, SMOL_BASELINE)
     table = folder / "report.md"
@@ -128,4 +165,6 @@ def run_demo(folder: Path, protocol: Protocol, log: Callable[[str], None],
     title = "llm-bench demo: SmolLM2-135M on 2 CPU cores (decode t/s, faster is better)"
     chart = draw_chart(rows, folder / "chart.png", baseline, title=title)
     html = write_html(folder / "report.html", sets, SMOL_BASELINE, title=title, rows=rows)
-    return DemoOutput(writer.path, table, chart, html)
+    depth_chart = DEPTH.chart.draw(rows, DEPTH.chart.path_beside(chart)) if DEPTH.chart and DEPTH.chart.wanted(rows) \
+        else None
+    return DemoOutput(writer.path, table, chart, html, agent_writer.path if agent_writer else None, depth_chart)

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 import tomllib
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from llm_bench.diagnostics.settings import Checks
 from llm_bench.engines import DEFAULT_ENGINE, ENGINES
@@ -64,6 +65,9 @@ class Protocol:
     # decode rate, relative to the median, is within it, or ``max_runs`` is reached.
     precision: float | None = field(default=None, metadata={"above": 0.0, "max": 0.5})
     max_runs: int = field(default=10, metadata={"min": 6})  # 6: the fewest runs with a 95 % median interval
+    # Thinking models: "off" asks every request not to think (chat_template_kwargs.enable_thinking = false),
+    # "on" to think, "server" leaves it to the server and its chat template (engines.stream.THINKING).
+    thinking: Literal["off", "on", "server"] = "off"
     settings: Mapping[str, Any] = field(default_factory=default_settings)  # workload name -> its settings
 
     def __init__(self, settings: Mapping[str, Any] | None = None, **values: Any) -> None:
@@ -216,7 +220,7 @@ def protocol_from_mapping(data: Mapping[str, Any], base: Protocol = Protocol(), 
         inner = f"{where[:-1]}.{name}]" if where.endswith("]") else f"{where} [{name}]"
         check_keys(inner, table, {f.name for f in fields(w.settings) if not f.metadata.get("carried")})
         try:
-            protocol = protocol.with_settings(w, table)
+            protocol = protocol.with_settings(w, _paths_relative(w, table, relative_to))
         except PlanError as e:
             raise PlanError(f"{inner}: {e}") from e
     if prompt_file:
@@ -228,6 +232,13 @@ def protocol_from_mapping(data: Mapping[str, Any], base: Protocol = Protocol(), 
         except OSError as e:
             raise PlanError(f"{where}: cannot read prompt_file {path}: {e}") from e
     return protocol
+
+
+def _paths_relative(w: Workload[Any], table: Mapping[str, Any], to: Path | None) -> dict[str, Any]:
+    """A workload's table with each path setting (a session file) relative to the plan's folder."""
+    hints = typing.get_type_hints(w.settings)
+    return {k: _relative(Path(v), to) if isinstance(v, str) and Path in typing.get_args(hints[k]) + (hints[k],)
+            else v for k, v in table.items()}
 
 
 def load_plan_file(path: Path) -> dict[str, Any]:

@@ -50,6 +50,12 @@ class RunRecord:
     wall_s: float | None = None
     cache_n: int | None = None  # prompt tokens the server reused from its cache (its own count)
     batch: int | None = None  # concurrency workload: which batch of simultaneous streams (1-based)
+    # Thinking models: ttft_ms is the first generated token (reasoning or answer); these say when the
+    # first event and the first answer token came, and how much of the output was reasoning.
+    first_event_ms: float | None = None
+    first_answer_ms: float | None = None
+    reasoning_tokens: int | None = None  # absent: the answer carried no reasoning
+    reasoning_source: str | None = None  # "server" (completion_tokens_details) or "deltas" (chunks counted)
 
 
 @dataclass
@@ -113,6 +119,71 @@ class ExactAnswer:
 
 QUALITY_LISTS = {"quality_outputs": QualityOutput, "recall": RecallProbe, "questions": QuestionResult,
                  "forced": ForcedText, "exact_answers": ExactAnswer}
+
+
+@dataclass
+class DepthPoint:
+    """The depth workload: one context depth, in tokens of filler before the question; the runs at it
+    are the record's runs (each run's prompt_tokens is the server's count of the whole prompt)."""
+
+    tokens: int
+    filler_chars: int | None = None
+    chars_per_token: float | None = None  # the filler's, by the server's own count, measured before the runs
+    skipped: str | None = None  # why it was not measured (beyond the model's context)
+
+    @classmethod
+    def from_toml(cls, data: dict[str, Any]) -> DepthPoint:
+        return cls(**_known(cls, data))
+
+
+@dataclass
+class SessionTurn(RunRecord):
+    """One request of a replayed session: a run (prompt_tokens = the context, cache_n = what the server
+    reused of it) and what the turn added."""
+
+    turn: int = 0  # 1-based
+    added: str = ""  # the roles of the messages this turn added, e.g. "tool" or "user"
+    processed_tokens: int | None = None  # prompt tokens the server computed (timings.prompt_n, else context - cached)
+    reuse_flag: str | None = None  # the cache reused far less than the previous turn's context
+
+
+@dataclass
+class SessionResult:
+    """The session workload: the same session replayed with the prompt cache on (warm) and off (cold)."""
+
+    source: str  # "shipped" or the session file's path
+    messages: int  # in the session
+    tools: int  # tool definitions sent with every turn
+    turns: int  # turns the session has (a turn: one request, up to the next recorded assistant message)
+    warm: list[SessionTurn] = field(default_factory=list)
+    cold: list[SessionTurn] = field(default_factory=list)
+    warm_s: float | None = None  # wall clock of each whole replay
+    cold_s: float | None = None
+    stopped: str | None = None  # why the replay ended before the session did (the context)
+
+    @classmethod
+    def from_toml(cls, data: dict[str, Any]) -> SessionResult:
+        known = _known(cls, data)
+        for mode in ("warm", "cold"):
+            known[mode] = [SessionTurn(**_known(SessionTurn, t)) for t in data.get(mode, [])]
+        return cls(**known)
+
+
+# A workload's part of a record: one field, one table in the results file.
+PARTS: dict[str, Any] = {"depth": DepthPoint, "session": SessionResult}
+
+
+def _known(kind: Any, data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k in kind.__dataclass_fields__}
+
+
+def _without_none(value: Any) -> Any:
+    """TOML has no null: absent figures are left out, at every level."""
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_none(v) for v in value]
+    return value
 
 
 @dataclass
@@ -187,11 +258,16 @@ class AliasRecord:
     precision_target: float | None = None
     precision_reached: float | None = None
     stopped_by: str | None = None
+    thinking: str | None = None  # the protocol's thinking when it was not "off" (the table's notes say so)
+    depth: DepthPoint | None = None  # workload = "depth"
+    session: SessionResult | None = None  # workload = "session"
 
     @property
     def configuration(self) -> str:
         """The alias, and what sets this record apart from the alias's standard one: its prompt category,
-        its concurrency level, or else any other workload's name."""
+        its concurrency level, its context depth, or else any other workload's name."""
+        if self.depth is not None:
+            return f"{self.alias} [depth {self.depth.tokens}]"
         if self.category:
             return f"{self.alias} [{self.category}]"
         if self.concurrency is not None:
@@ -243,21 +319,27 @@ class AliasRecord:
                 record[key] = int(s.median)
         record["comparable"] = self.comparable
         rest = {k: getattr(self, k) for k in self.__dataclass_fields__
-                if k not in record and k not in ("runs", "spec", *QUALITY_LISTS)}
+                if k not in record and k not in ("runs", "spec", *QUALITY_LISTS, *PARTS)}
         record.update(_drop_none(rest))
         for name in QUALITY_LISTS:
             if getattr(self, name):
                 record[name] = [_drop_none(asdict(item)) for item in getattr(self, name)]
+        for name in PARTS:
+            if getattr(self, name) is not None:
+                record[name] = _without_none(asdict(getattr(self, name)))
         record["runs"] = [_drop_none(asdict(run)) for run in self.runs]
         return record
 
     @classmethod
     def from_toml(cls, data: dict[str, Any]) -> AliasRecord:
         fields = {k: v for k, v in data.items()
-                  if k in cls.__dataclass_fields__ and k not in ("runs", "spec", *QUALITY_LISTS)}
+                  if k in cls.__dataclass_fields__ and k not in ("runs", "spec", *QUALITY_LISTS, *PARTS)}
         for name, kind in QUALITY_LISTS.items():
             known = {f.name for f in dataclasses.fields(kind)}
             fields[name] = [kind(**{k: v for k, v in item.items() if k in known}) for item in data.get(name, [])]
+        for name, part in PARTS.items():
+            if name in data:
+                fields[name] = part.from_toml(data[name])
         if fields.get("workload") == LEGACY_STANDARD:
             fields["workload"] = STANDARD
         run_names = RunRecord.__dataclass_fields__
@@ -276,6 +358,7 @@ def run_record(m: StreamMeasurement, engine: Engine) -> RunRecord:
     """One streamed answer as a run record; its decode rate the engine's own where it has one."""
     timings = m.timings or {}
     server_tps = timings.get("predicted_per_second")
+    reasoning = m.reasoning
     return RunRecord(
         ttft_ms=None if m.ttft_s is None else m.ttft_s * 1000.0,
         decode_tps=server_tps if engine.capabilities.server_decode_rate else m.client_decode_tps,
@@ -291,7 +374,15 @@ def run_record(m: StreamMeasurement, engine: Engine) -> RunRecord:
         draft_n_accepted=timings.get("draft_n_accepted"),
         wall_s=None if m.done_at is None else m.done_at - m.sent_at,
         cache_n=m.cached_tokens,
+        first_event_ms=_ms(m.first_event_s),
+        first_answer_ms=_ms(m.first_answer_s),
+        reasoning_tokens=None if reasoning is None else reasoning[0],
+        reasoning_source=None if reasoning is None else reasoning[1],
     )
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
 
 
 def spec_from_runs(runs: list[RunRecord]) -> SpecCounters | None:

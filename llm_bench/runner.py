@@ -82,7 +82,8 @@ def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, lo
                   target: str = "") -> list[AliasRecord]:
     """Every workload of the protocol for one alias; a failure ends the alias, not the run. Ctrl-C ends it
     with AliasInterrupted carrying what was measured (the finished runs of the workload it stopped too)."""
-    base = AliasRecord(alias=alias, target=target, engine=engine.kind, decode_source=engine.capabilities.decode_source)
+    base = AliasRecord(alias=alias, target=target, engine=engine.kind, decode_source=engine.capabilities.decode_source,
+                       thinking=None if protocol.thinking == "off" else protocol.thinking)
     records: list[AliasRecord] = []
     stop: KeyboardInterrupt | None = None
     try:

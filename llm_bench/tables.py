@@ -102,6 +102,8 @@ def notes_of(record: AliasRecord) -> str:
         notes.append("FAILED: " + "; ".join(record.errors))
     if not record.comparable:
         notes.append(f"not comparable: {record.not_comparable_reason}")
+    if record.thinking:
+        notes.append(f"thinking = {record.thinking} (protocol).")
     notes.extend(record.warnings)
     return " ".join(notes).replace("\n", " ")
 

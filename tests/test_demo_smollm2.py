@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from llm_bench.demo import DEMO_PROTOCOL, SMOL_BASELINE, SMOL_CONTEXT, write_smollm2_bed
+from llm_bench.demo import AGENT_PRESETS, DEMO_PROTOCOL, SMOL_BASELINE, SMOL_CONTEXT, write_smollm2_bed
+from llm_bench.workloads.depth import DEPTH
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +25,7 @@ def test_the_bed_has_every_preset_the_readme_describes(smollm2: Path, bed: Path)
     parser.read_string(text)
     presets = {name: dict(parser[name]) for name in parser.sections()}
     assert set(presets) == {"*", SMOL_BASELINE, "smol-self-draft", "smol-ngram", "smol-kv-q8", "smol-kv-q4",
-                            "smol-random-draft", "smol-synth"}
+                            "smol-random-draft", "smol-synth", *AGENT_PRESETS}
     assert all(p["model"] == str(smollm2) for name, p in presets.items() if name != "*")
     assert presets["smol-self-draft"]["model-draft"] == str(smollm2)
     assert presets["smol-kv-q4"]["cache-type-v"] == "q4_0" and presets["smol-kv-q4"]["flash-attn"] == "on"
@@ -33,6 +34,11 @@ def test_the_bed_has_every_preset_the_readme_describes(smollm2: Path, bed: Path)
     # the longest recall filler of the demo, with its question and answer, fits the presets' context
     assert max(DEMO_PROTOCOL.recall_lengths) + 96 <= SMOL_CONTEXT == int(presets["*"]["ctx-size"])
     assert DEMO_PROTOCOL.workloads == ("standard", "quality")
+    # the depth and session workloads' presets: a template with a tool path and a think block
+    for name in AGENT_PRESETS:
+        assert presets[name]["jinja"] == "true" and presets[name]["chat-template-file"].endswith("chatml-think.jinja")
+    # the deepest demo depth, its prompt and the output tokens fit the context
+    assert max(DEPTH.settings_in(DEMO_PROTOCOL).depths) + 300 + DEMO_PROTOCOL.max_tokens <= SMOL_CONTEXT
 
 
 def test_the_random_drafter_copies_smollm2s_vocabulary(smollm2: Path, bed: Path):

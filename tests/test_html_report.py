@@ -24,6 +24,8 @@ from llm_bench.plan import Protocol
 from llm_bench.report import load_sets, main_table, rows_of
 from llm_bench.report.html import render_html
 from llm_bench.results import AliasRecord, ResultSet, RunRecord
+from llm_bench.workloads.depth import DEPTH
+from llm_bench.workloads.session import SESSION
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # Three of the demo's presets keep the test short: the baseline, n-gram drafting, and a random drafter (the
@@ -34,7 +36,10 @@ DEMO_PRESETS = ["smol-ngram", "smol-plain", "smol-random-draft"]
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     folder = tmp_path_factory.mktemp("demo")
-    return run_demo(folder, Protocol(max_tokens=16, runs=3), lambda line: None, presets=tuple(DEMO_PRESETS))
+    # and one of the demo's agent presets, for the depth and session workloads, sized down
+    protocol = Protocol(max_tokens=16, runs=3).with_settings(DEPTH, {"depths": (0, 1024)}).with_settings(
+        SESSION, {"max_tokens": 4, "max_context": 3000})
+    return run_demo(folder, protocol, lambda line: None, presets=(*DEMO_PRESETS, "smol-agent"))
 
 
 def browser():
@@ -80,6 +85,11 @@ def test_demo_report_opens_in_headless_chromium(demo, tmp_path, name, width, hei
             assert page.locator("#summary li").first.inner_text().startswith("fastest on llama-cpp:")
             chart = page.locator("#chart svg")
             assert chart.count() == 1 and chart.bounding_box()["width"] > 300
+            # speed at depth (a row per depth, and its chart) and the replayed session (a summary row, its turns)
+            assert page.locator("#depth tbody tr").count() == 2
+            assert page.locator("#depth-chart svg").bounding_box()["width"] > 300
+            assert page.locator("#session tbody tr").count() == 1
+            assert page.locator("#session_turns tbody tr").count() >= 2
             # Wide tables scroll inside their own box; the page itself never scrolls sideways.
             assert page.evaluate("document.documentElement.scrollWidth") <= width
             assert page.locator("#provenance").inner_text().count("demo-cpu") >= 1

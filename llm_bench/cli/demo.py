@@ -25,7 +25,7 @@ def demo(output_dir, **flags) -> None:
     """Build or find a CPU llama-server, serve SmolLM2-135M under several presets, measure speed and quality.
 
     Defaults sized for 2 cores: 128 output tokens, 3 runs (the fewest for a verdict), the standard and
-    quality workloads."""
+    quality workloads; then the depth and session workloads on two presets of their own."""
     try:
         out = run_demo(output_dir, apply_protocol_flags(DEMO_PROTOCOL, flags), log)
     except RunAborted as e:
@@ -36,4 +36,6 @@ def demo(output_dir, **flags) -> None:
         raise CouldNotRun(f"building llama-server failed: {e}; the output above says why "
                                    "(set LLAMA_SERVER=/path/to/llama-server to use an existing one)") from e
     click.echo(out.table.read_text())
-    log(f"Results: {out.results}\nTable:   {out.table}\nChart:   {out.chart}\nHTML:    {out.html}")
+    log(f"Results: {out.results}" + (f" and {out.agent_results}" if out.agent_results else "")
+        + f"\nTable:   {out.table}\nChart:   {out.chart}" + (f" and {out.depth_chart}" if out.depth_chart else "")
+        + f"\nHTML:    {out.html}")

@@ -16,6 +16,7 @@ import click
 
 from llm_bench.cli.exits import CouldNotRun
 from llm_bench.engines import DEFAULT_ENGINE, DEFAULT_STREAMS, ENGINES, Engine, open_engine
+from llm_bench.engines.stream import THINKING
 from llm_bench.plan import DEFAULT_URL, ApiKeySource, PlanError, Protocol, protocol_from_mapping
 from llm_bench.validation import FieldError, describe, url_problem
 from llm_bench.workloads import NAMES, REGISTRY
@@ -37,6 +38,8 @@ def shown(value: Any) -> str:
     """A default as a help text shows it."""
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if value is None:
+        return "none"
     if isinstance(value, tuple):
         return ",".join(str(v) for v in value)
     return f"{value:g}" if isinstance(value, float) else str(value)
@@ -136,6 +139,9 @@ def protocol_options(f):
                           "default: exactly --runs."),
         click.option("--max-runs", type=int,
                      help=f"The most runs --precision may take per alias (default {default_of('max_runs')})."),
+        click.option("--thinking", type=click.Choice(THINKING),
+                     help="Ask thinking models not to think (off), to think (on), or leave it to the server "
+                          f"(sent as chat_template_kwargs.enable_thinking; default {default_of('thinking')})."),
         *(workload_option(w, flag) for w in REGISTRY for flag in w.flags),
     ])
 

@@ -13,12 +13,13 @@ from llm_bench.report import find_baseline, load_sets, markdown_table, rows_of
 from llm_bench.report.chart import draw_chart
 from llm_bench.report.export import to_csv, to_json
 from llm_bench.report.html import write_html
-from llm_bench.report.rows import load_inputs
+from llm_bench.report.rows import load_inputs, speed_rows
 from llm_bench.report.table import power_table, telemetry_table
 from llm_bench.report.verdict import MIN_EFFECT
 from llm_bench.results import ResultsFileError
 from llm_bench.support.plotting import ChartError
 from llm_bench.tables import Row, markdown
+from llm_bench.workloads import REGISTRY
 
 
 @click.command()
@@ -26,14 +27,18 @@ from llm_bench.tables import Row, markdown
 @click.option("--baseline", help="Configuration (alias or 'label / alias') to compare the others with.")
 @click.option("--format", "output_format", type=click.Choice(["markdown", "json", "csv"]), default="markdown",
               show_default=True, help="What to print on stdout: the Markdown tables, or every column as JSON or CSV.")
+@click.option("--table", "table_key", default="main", show_default=True,
+              help="With --format csv: which table to print, by its key in the JSON (main, depth, session, "
+                   "session_turns, concurrency, prefix_cache, quality, ...).")
 @click.option("--chart", "chart_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also draw the bar chart to this .png or .svg file.")
+              help="Also draw the bar chart to this .png or .svg file (and a workload's own chart beside it: "
+                   "X-depth.png for the depth workload).")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the self-contained HTML report (summary, chart, tables, provenance) to this file.")
 @click.option("--min-effect", default=None,
               help=f"Smallest difference a verdict calls faster or slower, e.g. 5% (default {MIN_EFFECT:.0%}).")
 @click.option("--title", help="Chart and HTML report title.")
-def report(results, baseline, output_format, chart_path, html_path, min_effect, title) -> None:
+def report(results, baseline, output_format, table_key, chart_path, html_path, min_effect, title) -> None:
     """Merge results files and print the comparison table (Markdown, JSON or CSV).
 
     Files written by `llm-bench power` may be given too: they become the power-limit section."""
@@ -45,14 +50,18 @@ def report(results, baseline, output_format, chart_path, html_path, min_effect, 
         if output_format == "json":
             click.echo(to_json(rows, base, effect, power), nl=False)
         elif output_format == "csv":
-            click.echo(to_csv(rows, base, effect), nl=False)
+            click.echo(to_csv(rows, base, effect, table_key), nl=False)
         else:
             power_section = power_table(power)
             click.echo("\n".join(t for t in (markdown_table(rows, base, effect),
                                               markdown(power_section) if power_section else "") if t), nl=False)
         if chart_path:
-            draw_chart(rows, chart_path, base, title, min_effect=effect)
-            log(f"Chart written to {chart_path}")
+            charts = [w.chart for w in REGISTRY if w.chart is not None and w.chart.wanted(rows)]
+            if speed_rows(rows) or not charts:  # results of the depth workload alone have only its chart
+                draw_chart(rows, chart_path, base, title, min_effect=effect)
+                log(f"Chart written to {chart_path}")
+            for chart in charts:
+                log(f"Chart written to {chart.draw(rows, chart.path_beside(chart_path))}")
         if html_path:
             write_html(html_path, sets, baseline, title=title, min_effect=effect, rows=rows, power=power)
             log(f"HTML report written to {html_path}")

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from llm_bench.engines.stream import thinking_kwargs
+
 # vLLM spells a token as "token_id:123" when asked for ids (return_tokens_as_token_ids).
 _VLLM_TOKEN_ID = re.compile(r"^token_id:(\d+)$")
 
@@ -24,10 +26,12 @@ class CompletionRequest:
     messages: tuple[tuple[str, str], ...]  # (role, content)
     max_tokens: int
     seed: int = 42
+    thinking: str = "server"  # as ChatRequest.thinking
 
     @classmethod
-    def of(cls, model: str, prompt: str, max_tokens: int, seed: int = 42) -> CompletionRequest:
-        return cls(model, (("user", prompt),), max_tokens, seed)
+    def of(cls, model: str, prompt: str, max_tokens: int, seed: int = 42, thinking: str = "server"
+           ) -> CompletionRequest:
+        return cls(model, (("user", prompt),), max_tokens, seed, thinking)
 
     def body(self) -> dict[str, Any]:
         return {
@@ -42,6 +46,7 @@ class CompletionRequest:
             "logprobs": True,
             "top_logprobs": 1,
             "return_tokens_as_token_ids": True,  # vLLM: token ids instead of token text; others ignore it
+            **thinking_kwargs(self.thinking),
         }
 
 

@@ -18,10 +18,21 @@ from httpx_sse import EventSource, SSEError
 
 from llm_bench.engines.errors import ServerError, StreamBroken
 
+THINKING = ("off", "on", "server")
+
+
+def thinking_kwargs(thinking: str) -> dict[str, Any]:
+    """How a request asks for thinking (one of ``THINKING``): ``chat_template_kwargs.enable_thinking``, which
+    llama-server (--jinja) and vLLM hand to the chat template; "server" sends nothing (the server's default)."""
+    if thinking == "server":
+        return {}
+    return {"chat_template_kwargs": {"enable_thinking": thinking == "on"}}
+
 
 @dataclass(frozen=True)
 class ChatRequest:
-    """One benchmark request: a single user message, generated to exactly max_tokens."""
+    """One benchmark request: a single user message (or a whole conversation: ``messages`` and ``tools`` in
+    OpenAI format), generated to exactly max_tokens unless ``ignore_eos`` is off."""
 
     model: str
     prompt: str
@@ -32,6 +43,10 @@ class ChatRequest:
     # False: the server must process the whole prompt (no reuse of a cached prefix); how to ask for
     # that is each engine's business (llama.cpp: cache_prompt; an OpenAI server: a unique first line).
     prompt_cache: bool = True
+    thinking: str = "server"  # one of THINKING; "server": the request says nothing about thinking
+    # A conversation replayed as it is (the session workload); then ``prompt`` is not sent.
+    messages: tuple[dict[str, Any], ...] | None = None
+    tools: tuple[dict[str, Any], ...] | None = None
 
     def with_unique_start(self) -> ChatRequest:
         """This request with a first line no other request has ("3f9c0a1b2d4e5f60."), so no server can
@@ -43,7 +58,9 @@ class ChatRequest:
     def body(self) -> dict[str, Any]:
         return {
             "model": self.model,
-            "messages": [{"role": "user", "content": self.prompt}],
+            "messages": list(self.messages) if self.messages is not None else [{"role": "user", "content": self.prompt}],
+            **({"tools": list(self.tools)} if self.tools else {}),
+            **thinking_kwargs(self.thinking),
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
             "seed": self.seed,
@@ -61,10 +78,13 @@ class StreamMeasurement:
     sent_at: float
     # when the request's last byte went onto a connection, after any wait for a free one in the pool
     written_at: float | None = None
-    first_token_at: float | None = None
+    first_event_at: float | None = None  # the first event of any kind (e.g. the role-only chunk)
+    first_token_at: float | None = None  # the first generated token: reasoning or answer
+    first_answer_at: float | None = None  # the first answer token: content or a tool call
     last_token_at: float | None = None
     done_at: float | None = None
     token_chunks: int = 0
+    reasoning_chunks: int = 0  # chunks that carried reasoning (reasoning_content / reasoning)
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     timings: dict[str, Any] | None = None
@@ -72,6 +92,24 @@ class StreamMeasurement:
     @property
     def ttft_s(self) -> float | None:
         return None if self.first_token_at is None else self.first_token_at - self.sent_at
+
+    @property
+    def first_event_s(self) -> float | None:
+        return None if self.first_event_at is None else self.first_event_at - self.sent_at
+
+    @property
+    def first_answer_s(self) -> float | None:
+        return None if self.first_answer_at is None else self.first_answer_at - self.sent_at
+
+    @property
+    def reasoning(self) -> tuple[int, str] | None:
+        """Reasoning tokens and where the count comes from: the server's
+        ``usage.completion_tokens_details.reasoning_tokens`` ("server"), else the chunks that carried
+        reasoning ("deltas"); None when the answer carried no reasoning by either count."""
+        details = (self.usage or {}).get("completion_tokens_details") or {}
+        if details.get("reasoning_tokens"):
+            return int(details["reasoning_tokens"]), "server"
+        return (self.reasoning_chunks, "deltas") if self.reasoning_chunks else None
 
     @property
     def output_tokens(self) -> int | None:
@@ -155,8 +193,13 @@ def server_sent_events(response: Any, clock: Callable[[], float] = time.perf_cou
         raise StreamBroken(f"the server did not answer with an event stream: {e}") from e
 
 
-def _has_token(delta: dict[str, Any]) -> bool:
-    return bool(delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"))
+def _has_reasoning(delta: dict[str, Any]) -> bool:
+    return bool(delta.get("reasoning_content") or delta.get("reasoning"))
+
+
+def _has_answer(delta: dict[str, Any]) -> bool:
+    """Content, or a tool call being streamed (an agent's answer is often only that)."""
+    return bool(delta.get("content") or delta.get("tool_calls"))
 
 
 def measure_stream(events: Iterable[Event], sent_at: float, clock: Callable[[], float] = time.perf_counter,
@@ -196,12 +239,20 @@ def measure_stream(events: Iterable[Event], sent_at: float, clock: Callable[[], 
 
 
 def _take(m: StreamMeasurement, chunk: dict[str, Any], now: float) -> None:
+    if m.first_event_at is None:
+        m.first_event_at = now
     for choice in chunk.get("choices") or ():
-        if _has_token(choice.get("delta") or {}):
+        delta = choice.get("delta") or {}
+        reasoning, answer = _has_reasoning(delta), _has_answer(delta)
+        if reasoning or answer:
             if m.first_token_at is None:
                 m.first_token_at = now
             m.last_token_at = now
             m.token_chunks += 1
+        if reasoning:
+            m.reasoning_chunks += 1
+        if answer and m.first_answer_at is None:
+            m.first_answer_at = now
         if choice.get("finish_reason"):
             m.finish_reason = choice["finish_reason"]
     if chunk.get("usage"):

@@ -1,4 +1,4 @@
-"""Machine-readable exports of the report's tables: JSON (every table) and CSV (the main table).
+"""Machine-readable exports of the report's tables: JSON (every table) and CSV (one table, the main one by default).
 
 Both carry the raw values behind every column of ``table.MAIN_COLUMNS`` (see README, "JSON and CSV
 export"), so a figure in the exports is the one the Markdown and HTML tables show, unrounded.
@@ -57,6 +57,14 @@ def table_csv(table: Table) -> str:
     return out.getvalue()
 
 
-def to_csv(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> str:
-    """The main table, one line per configuration, one column per key (empty where there is no figure)."""
-    return table_csv(main_table(rows, baseline, min_effect))
+def to_csv(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None,
+           table: str = "main") -> str:
+    """One table (by its JSON key; the main table by default), one line per row, one column per key (empty
+    where there is no figure)."""
+    if table == "main":
+        return table_csv(main_table(rows, baseline, min_effect))
+    tables = {t.key: t for t in all_tables(rows, baseline, min_effect)}
+    if table not in tables:
+        raise ValueError(f"--table {table}: these results have no such table; they have: "
+                         f"{', '.join(['main', *(k for k in tables if k != 'main')])}")
+    return table_csv(tables[table])

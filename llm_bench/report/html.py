@@ -7,9 +7,10 @@ Every piece of text from results files (preset names, server messages) is escape
 
 from __future__ import annotations
 
+import functools
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
@@ -39,6 +40,7 @@ from llm_bench.report.verdict import (
 from llm_bench.results import ResultSet
 from llm_bench.support.plotting import ChartError
 from llm_bench.tables import Row, Section, Table
+from llm_bench.workloads import REGISTRY
 
 VERDICT_CLASS = {FASTER: "v-faster", SLOWER: "v-slower", WITHIN_NOISE: "v-noise", TOO_FEW_RUNS: "v-few",
                  NOT_COMPARABLE: "v-nc", BASELINE: "v-base"}
@@ -150,10 +152,16 @@ def table_html(table: Table, table_id: str) -> str:
 def chart_svg(rows: Sequence[Row], baseline: Row | None, title: str | None = None,
               min_effect: float | None = None) -> str | None:
     """The report's chart as inline SVG (text drawn as paths: no font is fetched); None when nothing can be drawn."""
+    return inline_svg(lambda path: draw_chart(rows, path, baseline, title, min_effect=min_effect),
+                      "decode speed by configuration")
+
+
+def inline_svg(draw: Callable[[Path], Path], label: str) -> str | None:
+    """A chart drawn to SVG, to be inlined; None when there is nothing to draw."""
     with tempfile.TemporaryDirectory(prefix="llm-bench-chart-") as folder:
         path = Path(folder) / "chart.svg"
         try:
-            draw_chart(rows, path, baseline, title, min_effect=min_effect)
+            draw(path)
         except ChartError:
             return None
         svg = path.read_text()
@@ -161,7 +169,21 @@ def chart_svg(rows: Sequence[Row], baseline: Row | None, title: str | None = Non
     # Fixed pt sizes would overflow a phone; the viewBox keeps the proportions when CSS scales it.
     svg = re.sub(r'(<svg[^>]*?)\s(width|height)="[^"]*"', r"\1", svg, count=1)
     svg = re.sub(r'(<svg[^>]*?)\s(width|height)="[^"]*"', r"\1", svg, count=1)
-    return svg.replace("<svg", '<svg role="img" aria-label="decode speed by configuration"', 1)
+    return svg.replace("<svg", f'<svg role="img" aria-label="{_e(label)}"', 1)
+
+
+def workload_charts_html(rows: Sequence[Row]) -> list[str]:
+    """Each workload's own chart (the depth workload's decode against depth), where its rows hold one."""
+    figures = []
+    for w in REGISTRY:
+        chart = w.chart
+        if chart is None or not chart.wanted(rows):
+            continue
+        svg = inline_svg(functools.partial(chart.draw, rows), f"{w.name} chart")
+        if svg:
+            figures.append(f'<figure id="{_e(w.name)}-chart"><div class="scroll">{svg}</div>'
+                           f"<figcaption>{_e(chart.caption)}</figcaption></figure>")
+    return figures
 
 
 def _plain(value: Any) -> str:
@@ -236,7 +258,7 @@ def render_html(sets: Sequence[ResultSet], baseline: str | None = None, *, title
                   f"side of 1 and the ratio differs by at least {effect:.0%}; otherwise within noise.")
         note = f'<p class="note">{_e(method)}</p>' if base else ""
         body.append(f'<section id="results"><h2>Configurations</h2>{table_html(main, "main-table")}{note}</section>')
-    extra = [table_html(t, t.key) for t in section_tables(rows, power, base)]
+    extra = [table_html(t, t.key) for t in section_tables(rows, power, base)] + workload_charts_html(rows)
     if extra:
         body.append('<section id="sections"><h2>Other measurements</h2>' + "\n".join(extra) + "</section>")
     body.append(_provenance_html([*sets, *(ResultSet(dict(p.meta, label=f"power sweep {p.path.name}")) for p in power)],

@@ -41,6 +41,7 @@ class Context:
     bases: dict[str, Row] = field(default_factory=dict)  # what each row is compared with (rows.base_for)
     # the columns workloads add (quality's), by name: each one's cells by configuration
     added: dict[str, dict[str, Cell]] = field(default_factory=dict)
+    thought: bool = False  # some run's answer carried reasoning: the "First answer ms" column is shown
 
 
 def _summary_cell(row: Row, metric: str, key: str, digits: int = 1) -> Cell:
@@ -128,6 +129,7 @@ MAIN_COLUMNS: list[Column[Context]] = [
     Column("Client t/s", lambda row, ctx: _summary_cell(row, "client_decode_tps", "client_decode_tps_median")),
     Column("Roofline t/s (reached)", _roofline, lambda ctx: ctx.with_roofline),
     Column("TTFT ms", lambda row, ctx: _summary_cell(row, "ttft_ms", "ttft_ms_median", 0)),
+    Column("First answer ms", lambda row, ctx: _first_answer(row), lambda ctx: ctx.thought),
     Column("Cold load s", lambda row, ctx: Cell(fmt(row.record.cold_load_s, 2), {"cold_load_s": row.record.cold_load_s})),
     Column("Context", lambda row, ctx: Cell(context_of(row.record), {
         "context": None if context_of(row.record) == "-" else context_of(row.record)}), text=True),
@@ -137,13 +139,25 @@ MAIN_COLUMNS: list[Column[Context]] = [
 ]
 
 
+def _first_answer(row: Row) -> Cell:
+    """A thinking model's first answer token (TTFT is its first generated token, reasoning included)."""
+    first, reasoning = row.record.summary("first_answer_ms"), row.record.summary("reasoning_tokens")
+    return Cell(fmt(None if first is None else first.median, 0),
+                {"first_answer_ms_median": None if first is None else first.median,
+                 "reasoning_tokens_median": None if reasoning is None else reasoning.median})
+
+
+def thought(rows: Sequence[Row]) -> bool:
+    return any(run.reasoning_tokens for row in rows for run in row.record.runs)
+
+
 def context_for(rows: Sequence[Row], baseline: Row | None, min_effect: float | None = None) -> Context:
     chosen = speed_rows(rows)
     bases = {} if baseline is None else {r.configuration: base_for(r, chosen, baseline) for r in chosen}
     verdicts = {name: verdict_of(r, bases[name], min_effect) for r in chosen for name in [r.configuration]
                 if name in bases}
     return Context(baseline, verdicts, any(r.record.roofline_tps for r in chosen), bases,
-                   {c.name: c.cells(rows, baseline) for c in ADDED_COLUMNS})
+                   {c.name: c.cells(rows, baseline) for c in ADDED_COLUMNS}, thought(chosen))
 
 
 def _added(column: MainColumn) -> Column[Context]:

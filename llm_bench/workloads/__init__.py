@@ -13,11 +13,13 @@ from typing import Any
 from llm_bench.workloads.base import Workload
 from llm_bench.workloads.categories import CATEGORIES
 from llm_bench.workloads.concurrency import CONCURRENCY
+from llm_bench.workloads.depth import DEPTH
 from llm_bench.workloads.prefix_cache import PREFIX_CACHE
 from llm_bench.workloads.quality import QUALITY
+from llm_bench.workloads.session import SESSION
 from llm_bench.workloads.standard import STANDARD
 
-REGISTRY: tuple[Workload[Any], ...] = (STANDARD, CATEGORIES, CONCURRENCY, PREFIX_CACHE, QUALITY)
+REGISTRY: tuple[Workload[Any], ...] = (STANDARD, CATEGORIES, CONCURRENCY, PREFIX_CACHE, DEPTH, SESSION, QUALITY)
 NAMES = tuple(w.name for w in REGISTRY)
 # Plans and flags written before the default workload was named "standard" call it "protocol".
 LEGACY_NAMES = {"protocol": STANDARD.name}

@@ -4,7 +4,8 @@ A ``Workload`` names itself; declares its own settings, a frozen dataclass that 
 ``[protocol.<name>]`` table (``legacy``: the flat ``[protocol]`` keys plans and results used before,
 still read); runs against a model the runner has loaded; names the ``workload`` of the records it
 writes; sets its settings from the command line (``flags``); and says what it adds to the report:
-its own tables, a column of the main table, marks beside the chart's bars, lines of the summary.
+its own tables, a column of the main table, marks beside the chart's bars, lines of the summary, a chart of
+its own.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from llm_bench.engines import Engine
@@ -42,6 +44,9 @@ class RunParameters(typing.Protocol):
     def precision(self) -> float | None: ...
     @property
     def max_runs(self) -> int: ...
+    @property
+    def thinking(self) -> str:  # engines.stream.THINKING
+        ...
     @property
     def settings(self) -> Mapping[str, Any]:  # workload name -> its settings
         ...
@@ -78,6 +83,19 @@ class MainColumn:
 
 
 @dataclass(frozen=True)
+class Chart:
+    """A chart of the workload's own records, beside the report's bar chart (``--chart X.png``: ``X-<suffix>.png``)."""
+
+    suffix: str
+    caption: str  # under it in the HTML report
+    draw: Callable[[Sequence[Row], Path], Path]  # raises support.plotting.ChartError when there is nothing to draw
+    wanted: Callable[[Sequence[Row]], bool]  # the rows hold something to draw
+
+    def path_beside(self, chart: Path) -> Path:
+        return chart.with_name(f"{chart.stem}-{self.suffix}{chart.suffix}")
+
+
+@dataclass(frozen=True)
 class NoSettings:
     """The settings of a workload that reads only the protocol's own."""
 
@@ -105,6 +123,7 @@ class Workload(Generic[S]):
     column: MainColumn | None = None
     marks: Marks | None = None
     summary: Summary | None = None
+    chart: Chart | None = None
 
     @property
     def record_name(self) -> str:

@@ -51,7 +51,8 @@ def chat_request(alias: str, protocol: RunParameters, prompt: str, max_tokens: i
                  prompt_cache: bool | None = None) -> ChatRequest:
     """``prompt_cache`` None: as the protocol says (by default every prompt is processed whole)."""
     return ChatRequest(alias, prompt, max_tokens or protocol.max_tokens, protocol.temperature, protocol.seed,
-                       prompt_cache=protocol.prompt_cache if prompt_cache is None else prompt_cache)
+                       prompt_cache=protocol.prompt_cache if prompt_cache is None else prompt_cache,
+                       thinking=protocol.thinking)
 
 
 def reused_prompt(run: RunRecord) -> bool:
@@ -84,6 +85,27 @@ def check_prompt_reuse(record: AliasRecord, request: ChatRequest) -> None:
         "(does the server ignore cache_prompt / cache_salt?)")
 
 
+def check_thinking(record: AliasRecord, thinking: str, runs: list[RunRecord], log: Log) -> None:
+    """What the server did with the protocol's ``thinking`` shows in the answers: thinking asked for and
+    no reasoning in any answer (or the reverse) means the server or its chat template ignored the request."""
+    if thinking == "server" or not runs:
+        return
+    thought = [r for r in runs if r.reasoning_tokens]
+    if thinking == "on" and not thought:
+        message = ("thinking = \"on\" was asked (protocol setting thinking) but no answer carried any reasoning: "
+                   "the server ignored chat_template_kwargs.enable_thinking (llama-server needs --jinja, a chat "
+                   "template that opens a think block, and a --reasoning-format other than none)")
+    elif thinking == "off" and thought:
+        message = (f"thinking = \"off\" was asked (protocol setting thinking) but {len(thought)} of {len(runs)} "
+                   "answers carried reasoning: the server ignored chat_template_kwargs.enable_thinking = false, "
+                   "so these runs' output tokens include reasoning")
+    else:
+        return
+    if message not in record.warnings:
+        record.warnings.append(message)
+        log("  !!! " + message)
+
+
 def fmt(value: float | None) -> str:
     return numbers.fmt(value, missing="n/a")
 
@@ -95,6 +117,9 @@ def describe_run(run: RunRecord) -> str:
         text += f", {run.cache_n} of {run.prompt_tokens} prompt tokens from cache"
     if run.draft_n:
         text += f", drafted {run.draft_n} accepted {run.draft_n_accepted}"
+    if run.reasoning_tokens:
+        text += (f", {run.reasoning_tokens} reasoning tokens ({run.reasoning_source}), "
+                 f"first answer token at {fmt(run.first_answer_ms)} ms")
     return text
 
 
@@ -151,6 +176,7 @@ def _runs(engine: Engine, request: ChatRequest, runs: int, cap: int, shown: str,
     record.spec = spec_delta(before, after, record.runs)
     log("  " + describe_summary(record))
     check_acceptance_trap(record, log)
+    check_thinking(record, request.thinking, record.runs, log)
 
 
 def precision_met(record: AliasRecord, precision: float, last: bool, log: Log) -> bool:

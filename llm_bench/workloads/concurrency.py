@@ -21,6 +21,7 @@ from llm_bench.workloads.common import (
     chat_request,
     check_length,
     check_prompt_reuse,
+    check_thinking,
     derive,
     fmt,
     spec_delta,
@@ -79,6 +80,7 @@ def concurrency(engine: Engine, alias: str, protocol: RunParameters, base: Alias
             + (f", {p90.label} {fmt(p90.value)} ms" if p90 else "")
             + (f", {len(record.errors)} failed" if record.errors else ""))
         check_acceptance_trap(record, log)
+        check_thinking(record, protocol.thinking, record.runs, log)
         records.append(record)
     return records
 

@@ -151,12 +151,13 @@ def recall_prompt(recall: RecallSet, filler_chars: int, depth: float, code: str)
     return f"{text[:at]}{needle} {text[at:]}\n\n{recall.question}"
 
 
-def question_request(alias: str, qset: QualitySet, question: Question, seed: int) -> CompletionRequest:
+def question_request(alias: str, qset: QualitySet, question: Question, seed: int,
+                     thinking: str = "server") -> CompletionRequest:
     messages: list[tuple[str, str]] = [("system", qset.answer_system)] if qset.answer_system else []
     for asked, answered in qset.answer_examples:
         messages += [("user", asked), ("assistant", answered)]
     messages.append(("user", question.prompt))
-    return CompletionRequest(alias, tuple(messages), QUESTION_MAX_TOKENS, seed)
+    return CompletionRequest(alias, tuple(messages), QUESTION_MAX_TOKENS, seed, thinking)
 
 
 def quality(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log) -> list[AliasRecord]:
@@ -171,7 +172,7 @@ def quality(engine: Engine, alias: str, protocol: RunParameters, base: AliasReco
         for item in qset.agreement:
             steps.step(f"agreement {item.id}")
             max_tokens = min(item.max_tokens, settings.max_tokens or item.max_tokens)
-            answer = engine.complete(CompletionRequest.of(alias, item.prompt, max_tokens, seed))
+            answer = engine.complete(CompletionRequest.of(alias, item.prompt, max_tokens, seed, protocol.thinking))
             record.quality_outputs.append(QualityOutput(item.id, answer.text, answer.output_tokens,
                                                         answer.token_ids, answer.finish_reason))
         with_ids = all(o.token_ids is not None for o in record.quality_outputs)
@@ -179,11 +180,12 @@ def quality(engine: Engine, alias: str, protocol: RunParameters, base: AliasReco
 
         for question in qset.questions:
             steps.step(f"question {question.id}")
-            answer = engine.complete(question_request(alias, qset, question, seed))
+            answer = engine.complete(question_request(alias, qset, question, seed, protocol.thinking))
             record.questions.append(QuestionResult(question.id, question.kind, question.answer, answer.text,
                                                    is_correct(answer.text, question.answer)))
 
-        record.recall = recall_probes(engine, alias, settings, seed, qset.recall, record, steps)
+        record.recall = recall_probes(engine, alias, settings, seed, qset.recall, record, steps,
+                                      protocol.thinking)
     log("  " + describe_quality(record))
     log("  " + measure_distributions(engine, alias, settings, seed, record))
     if settings.exact_items_per_kind:
@@ -192,7 +194,7 @@ def quality(engine: Engine, alias: str, protocol: RunParameters, base: AliasReco
 
 
 def recall_probes(engine: Engine, alias: str, settings: QualitySettings, seed: int, recall: RecallSet,
-                  record: AliasRecord, steps: Steps) -> list[RecallProbe]:
+                  record: AliasRecord, steps: Steps, thinking: str = "server") -> list[RecallProbe]:
     log = steps.log
     n_ctx = engine.context_length(alias)
     probes = []
@@ -210,7 +212,7 @@ def recall_probes(engine: Engine, alias: str, settings: QualitySettings, seed: i
                 continue
             prompt = recall_prompt(recall, int(length * settings.chars_per_token), depth, code)
             try:
-                answer = engine.complete(CompletionRequest.of(alias, prompt, RECALL_MAX_TOKENS, seed))
+                answer = engine.complete(CompletionRequest.of(alias, prompt, RECALL_MAX_TOKENS, seed, thinking))
             except ServerError as e:  # e.g. a context the server could not report but refuses
                 probe.skipped = f"the server refused it: {e}"
                 record.errors.append(f"recall {length} tokens at depth {depth:g}: {e}")

@@ -1,0 +1,260 @@
+"""Depth, the replayed session and thinking models on a real llama-server router serving SmolLM2.
+
+Every figure is checked against the server's own accounting: the ``print_timing`` lines each model
+instance writes to the router's log (tokens it processed and its decode rate, per request), its cache
+counters (``timings.cache_n``, ``usage.prompt_tokens_details.cached_tokens``), and, for thinking, the
+reasoning budget the server enforces. The presets: the plain model (n_ctx 4096); the same under a
+Qwen3-style template that opens a think block, with ``--reasoning-format deepseek`` and
+``--reasoning-budget`` (the server splits reasoning from the answer for real); and under a template
+that rewrites the start of every prompt (no turn can reuse the previous one's cache).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from llm_bench.plan import Plan, Protocol
+from llm_bench.report import load_rows, markdown_table
+from llm_bench.report.export import report_data, to_csv
+from llm_bench.report.html import render_html
+from llm_bench.results import AliasRecord, RunRecord, load_results
+from llm_bench.runner import run_plan
+from llm_bench.testbed.presets import render_presets_ini
+from llm_bench.testbed.router import RouterProcess, start_router
+from llm_bench.workloads import workload
+
+FIXTURES = Path(__file__).parent / "fixtures"
+BUDGET = 8  # --reasoning-budget: the server forces </think> after this many reasoning tokens
+
+
+@pytest.fixture(scope="module")
+def bed(llama_server_bin: Path, smollm2: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterProcess]:
+    folder = tmp_path_factory.mktemp("agents")
+    think = resources.files("llm_bench") / "testbed" / "chatml-think.jinja"
+    presets = {
+        "*": {"ctx-size": 4096, "parallel": 1, "model": str(smollm2)},
+        "smol-plain": {},
+        "smol-think": {"jinja": True, "chat-template-file": str(think), "reasoning-format": "deepseek",
+                       "reasoning-budget": BUDGET},
+        "smol-rewrite": {"jinja": True, "chat-template-file": str(FIXTURES / "chatml-rewrites-history.jinja")},
+    }
+    ini = folder / "presets.ini"
+    ini.write_text(render_presets_ini(presets))
+    router = start_router(llama_server_bin, ini, log_path=folder / "router.log")
+    yield router
+    router.stop()
+
+
+def measure(router: RouterProcess, out: Path, aliases: tuple[str, ...], engine: str = "llama-cpp",
+            settings: dict[str, dict] | None = None, **protocol) -> tuple[Path, list[AliasRecord]]:
+    """``settings``: workload name -> its [protocol.<workload>] table."""
+    chosen = Protocol(**protocol)
+    for name, table in (settings or {}).items():
+        chosen = chosen.with_settings(workload(name), table)
+    plan = Plan(url=router.url, aliases=aliases, label="agents", output_dir=out, engine=engine, protocol=chosen)
+    path = run_plan(plan, lambda _message: None).path
+    return path, load_results(path).aliases
+
+
+@dataclass(frozen=True)
+class Printed:
+    """One request as the model instance printed it (slot print_timing)."""
+
+    prompt_ms: float
+    prompt_n: int  # prompt tokens it processed (not taken from its cache)
+    prompt_tps: float
+    eval_n: int
+    eval_tps: float
+
+
+NUMBER = r"\s*([\d.]+)"
+TIMING = re.compile(rf"prompt eval time ={NUMBER} ms /{NUMBER} tokens \({NUMBER} ms per token,{NUMBER} tokens per "
+                    rf"second\)\n.*eval time ={NUMBER} ms /{NUMBER} tokens \({NUMBER} ms per token,{NUMBER} tokens "
+                    r"per second\)")
+
+
+def printed(router: RouterProcess) -> list[Printed]:
+    return [Printed(float(p_ms), int(p_n), float(p_tps), int(e_n), float(e_tps))
+            for p_ms, p_n, _p_tok, p_tps, _e_ms, e_n, _e_tok, e_tps in TIMING.findall(router.log())]
+
+
+def assert_printed(run: RunRecord, log: list[Printed], processed: int | None = None) -> None:
+    """The run's decode rate, output tokens, processed prompt tokens and prompt rate are those the server
+    printed, and its TTFT holds the server's time for the prompt."""
+    processed = run.prompt_tokens - (run.cache_n or 0) if processed is None else processed
+    same = [p for p in log if p.prompt_n == processed and p.eval_n == run.output_tokens
+            and abs(p.eval_tps - run.decode_tps) < 0.01 and abs(p.prompt_tps - run.prompt_tps) < 0.01]
+    assert same, (run, [p for p in log if p.prompt_n == processed])
+    assert run.ttft_ms >= same[0].prompt_ms
+
+
+# --- depth ---
+
+@pytest.fixture(scope="module")
+def depth_run(bed: RouterProcess, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[AliasRecord]]:
+    return measure(bed, tmp_path_factory.mktemp("depth"), ("smol-plain",), workloads=("depth",), runs=2,
+                   max_tokens=16, settings={"depth": {"depths": (0, 3000, 8192)}})
+
+
+def test_decode_at_3000_tokens_of_depth_is_slower_by_the_servers_own_timings(bed, depth_run):
+    _path, (d0, d3000, d8192) = depth_run
+    assert [r.depth.tokens for r in (d0, d3000, d8192)] == [0, 3000, 8192]
+    log = printed(bed)
+    for record in (d0, d3000):
+        assert not record.errors and record.warnings == [], record.warnings
+        assert len(record.runs) == 2
+        for run in record.runs:
+            assert run.cache_n == 0  # the server processed the whole prompt, by its own counter
+            assert_printed(run, log)
+    # the depth is tokens of filler by the server's count of the prompt
+    added = d3000.runs[0].prompt_tokens - d0.runs[0].prompt_tokens
+    assert abs(added - 3000) <= 30, added
+    assert max(r.decode_tps for r in d3000.runs) < 0.85 * min(r.decode_tps for r in d0.runs)
+    # beyond the model's context: skipped with the reason, nothing sent
+    assert d8192.runs == [] and "context is 4096" in d8192.depth.skipped
+
+
+def test_depth_is_in_the_table_the_exports_and_the_html(depth_run):
+    path, _records = depth_run
+    rows = load_rows([path])
+    table = markdown_table(rows)
+    assert "### Speed at context depth" in table and "| smol-plain | 3000 |" in table
+    depth = report_data(rows)["depth"]
+    assert [d["depth"] for d in depth] == [0, 3000, 8192]
+    assert depth[0]["decode_vs_shallowest"] == 1.0 and depth[1]["decode_vs_shallowest"] < 0.85
+    assert depth[2]["decode_tps_median"] is None and "4096" in depth[2]["skipped"]
+    csv_lines = to_csv(rows, table="depth").splitlines()
+    assert csv_lines[0].startswith("configuration,depth,context_tokens,decode_tps_median") and len(csv_lines) == 4
+    html = render_html([load_results(path)], rows=rows)
+    assert 'id="depth"' in html and 'id="depth-chart"' in html and 'aria-label="depth chart"' in html
+
+
+def test_a_depth_list_that_fits_no_model_is_an_error_naming_the_setting(bed, tmp_path):
+    _path, (record,) = measure(bed, tmp_path, ("smol-plain",), workloads=("depth",), runs=1, max_tokens=4,
+                               settings={"depth": {"depths": (8192,)}})
+    assert record.runs == []
+    assert record.errors == ["no depth of [protocol.depth] depths = [8192] fits the model's context of 4096 tokens; "
+                             "choose depths below it (--depths)"]
+
+
+# --- session ---
+
+@pytest.fixture(scope="module")
+def session_run(bed: RouterProcess, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, AliasRecord]:
+    path, (record,) = measure(bed, tmp_path_factory.mktemp("session"), ("smol-plain",), workloads=("session",),
+                              temperature=0.0, settings={"session": {"max_tokens": 8, "max_context": 2800}})
+    return path, record
+
+
+def test_with_the_cache_each_turn_reuses_the_previous_context_by_the_servers_counters(bed, session_run):
+    _path, record = session_run
+    result = record.session
+    assert not record.errors and record.warnings == [], record.warnings
+    assert len(result.warm) == len(result.cold) >= 2 and result.stopped and "2800" in result.stopped
+    log = printed(bed)
+    for before, turn in zip(result.warm, result.warm[1:]):
+        assert turn.prompt_tokens > before.prompt_tokens + 400  # each turn adds a tool result of 500+ tokens
+        # the server's own count of tokens reused from its cache: (nearly) all of the previous turn's context
+        assert turn.cache_n >= 0.9 * before.prompt_tokens and turn.reuse_flag is None
+    for turn in result.warm + result.cold:
+        assert turn.processed_tokens == turn.prompt_tokens - turn.cache_n
+        assert_printed(turn, log, turn.processed_tokens)
+    for turn in result.cold:
+        assert turn.cache_n == 0  # cold: the whole context processed, by the server's counter
+    # the same turns; each replay's mark at the start may take a token more or less
+    assert all(abs(c.prompt_tokens - w.prompt_tokens) <= 4 for c, w in zip(result.cold, result.warm))
+    assert result.cold[-1].ttft_ms > 2 * result.warm[-1].ttft_ms
+
+
+def test_the_session_summary_and_turns_are_in_the_tables_and_exports(session_run):
+    path, record = session_run
+    rows = load_rows([path])
+    data = report_data(rows)
+    (summary,) = data["session"]
+    warm, cold = record.session.warm[-1], record.session.cold[-1]
+    assert summary["last_ttft_ms_warm"] == warm.ttft_ms and summary["last_ttft_ms_cold"] == cold.ttft_ms
+    assert summary["last_ttft_cold_over_warm"] == pytest.approx(cold.ttft_ms / warm.ttft_ms)
+    assert summary["processed_tokens_cold"] == sum(t.prompt_tokens for t in record.session.cold)
+    assert summary["flagged_turns"] == []
+    assert len(data["session_turns"]) == len(record.session.warm)
+    table = markdown_table(rows)
+    assert "### Agent session (replayed with the prompt cache, and cold)" in table and "### Session turns" in table
+    assert to_csv(rows, table="session_turns").count("\n") == len(record.session.warm) + 1
+
+
+def test_a_template_that_rewrites_earlier_turns_is_flagged(bed, tmp_path):
+    _path, (record,) = measure(bed, tmp_path, ("smol-rewrite",), workloads=("session",), temperature=0.0,
+                               settings={"session": {"max_tokens": 4, "max_context": 2400}})
+    warm = record.session.warm
+    assert len(warm) >= 2
+    for turn in warm[1:]:
+        assert turn.cache_n < 0.1 * turn.prompt_tokens  # the server's counter: the prefix changed at the start
+        assert "rewrote earlier turns" in turn.reuse_flag
+    assert any(w.startswith("session: turn(s) 2") for w in record.warnings)
+
+
+def test_the_openai_engine_replays_the_session_through_the_templates_tool_path(bed, session_run, tmp_path):
+    # llama-server's own /v1 through the OpenAI engine (its cache counter: usage.prompt_tokens_details), on the
+    # preset whose template renders the tools (SmolLM2's own renders none)
+    _path, (record,) = measure(bed, tmp_path, ("smol-think",), engine="openai", workloads=("session",),
+                               temperature=0.0, settings={"session": {"max_tokens": 8, "max_context": 2800}})
+    result = record.session
+    assert record.decode_source == "stream" and len(result.warm) >= 2
+    plain_first = session_run[1].session.warm[0]
+    assert result.warm[0].prompt_tokens > plain_first.prompt_tokens + 300  # the four tool definitions
+    for before, turn in zip(result.warm, result.warm[1:]):
+        assert turn.cache_n >= 0.9 * before.prompt_tokens and turn.reuse_flag is None
+    # the OpenAI engine asks for cold prompts with a cache_salt, which llama-server does not know: it reuses
+    # the previous turn anyway, and its counter says so
+    assert result.cold[1].cache_n > 0
+    assert any("cold replay the server still reused" in w for w in record.warnings)
+
+
+# --- thinking ---
+
+@pytest.fixture(scope="module")
+def thinking_run(bed: RouterProcess, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[AliasRecord]]:
+    return measure(bed, tmp_path_factory.mktemp("thinking"), ("smol-think", "smol-plain"), runs=2, max_tokens=24,
+                   thinking="on")
+
+
+def test_a_thinking_run_records_its_first_event_first_token_and_first_answer(thinking_run):
+    _path, (think, _plain) = thinking_run
+    assert think.thinking == "on" and not think.warnings
+    for run in think.runs:
+        # the server forces the end of thinking after BUDGET tokens: reasoning and then an answer, for real
+        assert 1 <= run.reasoning_tokens <= BUDGET and run.reasoning_source == "deltas"
+        assert run.first_event_ms <= run.ttft_ms < run.first_answer_ms
+        # the reasoning took at least half of its tokens' worth of the server's own time per token
+        per_token_ms = run.decode_ms / run.output_tokens
+        assert run.first_answer_ms - run.ttft_ms >= 0.5 * (run.reasoning_tokens - 1) * per_token_ms
+
+
+def test_thinking_on_that_the_server_ignores_is_reported(thinking_run):
+    _path, (_think, plain) = thinking_run
+    assert all(r.reasoning_tokens is None for r in plain.runs)
+    assert any('thinking = "on" was asked (protocol setting thinking) but no answer carried any reasoning' in w
+               for w in plain.warnings)
+
+
+def test_the_table_shows_the_first_answer_and_the_thinking_setting(thinking_run):
+    path, (think, _plain) = thinking_run
+    rows = load_rows([path])
+    table = markdown_table(rows)
+    assert "| TTFT ms | First answer ms |" in table and "thinking = on (protocol)." in table
+    main = {m["configuration"]: m for m in report_data(rows)["main"]}
+    assert main["smol-think"]["first_answer_ms_median"] == think.summary("first_answer_ms").median
+    assert load_results(path).meta["protocol"]["thinking"] == "on"
+
+
+def test_thinking_off_asks_the_template_not_to_think(bed, tmp_path):
+    _path, (record,) = measure(bed, tmp_path, ("smol-think",), runs=1, max_tokens=12, thinking="off")
+    assert record.thinking is None and record.warnings == []
+    (run,) = record.runs
+    assert run.reasoning_tokens is None and run.first_answer_ms == run.ttft_ms
