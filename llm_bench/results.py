@@ -47,6 +47,8 @@ class RunRecord:
     wall_s: float | None = None
     cache_n: int | None = None  # prompt tokens the server reused from its cache (its own count)
     batch: int | None = None  # concurrency workload: which batch of simultaneous streams (1-based)
+    backend: str | None = None  # through a LiteLLM proxy: the backend that answered (x-litellm-model-api-base)
+    proxy_overhead_ms: float | None = None  # the proxy's own time on the request (x-litellm-overhead-duration-ms)
 
 
 @dataclass

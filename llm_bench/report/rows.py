@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from llm_bench.report.backends import route_notes, split_by_backend
 from llm_bench.report.verdict import Verdict, verdict
 from llm_bench.results import AliasRecord, ResultSet, ResultsFileError, load_results
 
@@ -154,7 +155,9 @@ def rows_from_sets(sets: Sequence[ResultSet], qualify: bool) -> list[Row]:
         for record in result_set.aliases:
             label = record.target or result_set.meta.get("label", "")
             name = f"{label} / {record.configuration}" if qualify and label else record.configuration
-            rows[name] = Row(name, record, label, record.engine or result_set.meta.get("engine", ""))
+            for backend, part in split_by_backend(record):
+                named = name if backend is None else f"{name} @ {backend}"
+                rows[named] = Row(named, part, label, record.engine or result_set.meta.get("engine", ""))
     return list(rows.values())
 
 
@@ -200,6 +203,7 @@ def notes_of(record: AliasRecord) -> str:
     if not record.comparable:
         notes.append(f"not comparable: {record.not_comparable_reason}")
     notes.extend(record.warnings)
+    notes.extend(route_notes(record))
     return " ".join(notes).replace("\n", " ")
 
 

@@ -107,6 +107,8 @@ def run_record(m: StreamMeasurement, engine_kind: str) -> RunRecord:
         draft_n_accepted=timings.get("draft_n_accepted"),
         wall_s=None if m.done_at is None else m.done_at - m.sent_at,
         cache_n=m.cached_tokens,
+        backend=m.backend,
+        proxy_overhead_ms=m.proxy_overhead_ms,
     )
 
 
