@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "llm_bench"
 
 # Which layer may import which: a module never imports from a layer above its own.
 LAYERS = ["support", "quality", "testbed", "engines", "results", "plan", "gpu", "workloads", "diagnostics", "runner",
-          "report", "sweep", "demo", "tune", "capacity", "failover", "cli"]
+          "report", "sweep", "boxes", "demo", "tune", "capacity", "failover", "cli"]
 
 
 def imports_of(path: Path) -> set[str]:
