@@ -146,6 +146,7 @@ def _command_failure(what: str, command: Command) -> str | None:
 def probe(engine: OpenAIEngine, request: ChatRequest, settings: FailoverSettings,
           now: Callable[[], float]) -> Request:
     """The first request, before the load: the proxy answers, names its backend, and not a fallback."""
+    sent = now()
     try:
         m = engine.stream(request)
     except ServerUnreachable as e:
@@ -162,8 +163,7 @@ def probe(engine: OpenAIEngine, request: ChatRequest, settings: FailoverSettings
     if settings.primary is None and m.proxy_fallbacks:
         raise ProxyProblem(f"the proxy already answers from a fallback ({m.backend}, after {m.proxy_fallbacks} "
                            "attempted fallback(s)): the primary is down before the stop; start it first")
-    sent = now()
-    return Request(sent, sent, ok=True, backend=m.backend, fallbacks=m.proxy_fallbacks,
+    return Request(sent, now(), ok=True, backend=m.backend, fallbacks=m.proxy_fallbacks,
                    ttft_ms=None if m.ttft_s is None else m.ttft_s * 1000.0, decode_tps=m.client_decode_tps,
                    output_tokens=m.output_tokens, proxy_overhead_ms=m.proxy_overhead_ms)
 
