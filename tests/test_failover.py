@@ -171,6 +171,12 @@ def test_bad_input_is_reported_as_what_it_is(box1: Box, router_factory, proxy_fa
     assert code == COULD_NOT_RUN and "the proxy cannot be reached" in output and "Traceback" not in output
     assert not (tmp_path / "none").exists()
 
+    # A server that is not a LiteLLM proxy names no backend: nothing ran.
+    code, output = failover("--url", box2.url, "--model", ALIAS, "--stop-cmd", "true", "--start-cmd", "true",
+                            "--output-dir", str(tmp_path / "none"), *quick)
+    assert code == COULD_NOT_RUN and "no x-litellm-model-api-base header" in output, output
+    assert not (tmp_path / "none").exists()
+
     # A stop command that fails: exit 3, the start command ran, the requests before it are on disk.
     marker = tmp_path / "start-ran"
     code, output = failover("--url", proxy.url, "--stop-cmd", "echo no such unit >&2; exit 5",

@@ -16,11 +16,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+import httpx
+
 from llm_bench import __version__
-from llm_bench.engines.errors import ServerError, ServerUnreachable
+from llm_bench.engines.client import error_message, proxy_route, refused_hint
 from llm_bench.engines.openai import OpenAIEngine
 from llm_bench.engines.stream import ChatRequest
-from llm_bench.failover.load import SteadyLoad, send
+from llm_bench.failover.load import SteadyLoad
 from llm_bench.failover.records import Command, FailoverRun, Request
 from llm_bench.results import reserve_path, results_stem, write_toml
 
@@ -145,27 +147,38 @@ def _command_failure(what: str, command: Command) -> str | None:
 
 def probe(engine: OpenAIEngine, request: ChatRequest, settings: FailoverSettings,
           now: Callable[[], float]) -> Request:
-    """The first request, before the load: the proxy answers, names its backend, and not a fallback."""
+    """The first request, before the load: the proxy answers, names its backend, and not a fallback.
+
+    It is not streamed: LiteLLM 1.80 adds x-litellm-attempted-fallbacks only to a whole answer (a stream's
+    headers leave before its router knows)."""
+    body = {**request.with_unique_start().body(), "stream": False}
+    body.pop("stream_options")
     sent = now()
     try:
-        m = engine.stream(request)
-    except ServerUnreachable as e:
-        raise ProxyProblem(f"the proxy cannot be reached: {e}") from e
-    except ServerError as e:
-        raise ProxyProblem(f"the proxy did not answer the first request: {e}; is every backend down, or is "
-                           f"--model {settings.model!r} a model group of the proxy?") from e
-    if m.backend is None:
+        response = engine.client.http.post("/v1/chat/completions", json=body)
+    except httpx.ConnectError as e:
+        raise ProxyProblem(f"the proxy cannot be reached at {settings.url} ({e}); is --url right?") from e
+    except httpx.HTTPError as e:
+        raise ProxyProblem(f"the proxy did not answer the first request: {type(e).__name__}: {e}") from e
+    if response.status_code != 200:
+        raise ProxyProblem(f"the proxy did not answer the first request: {error_message(response)}{refused_hint(response)}; "
+                           f"are all its backends down, or is --model {settings.model!r} not one of its model groups?")
+    backend, overhead_ms, fallbacks = proxy_route(response.headers)
+    if backend is None:
         raise ProxyProblem(f"{settings.url} answered without naming the backend (no x-litellm-model-api-base "
                            "header): failover measures through a LiteLLM proxy; give the proxy's URL")
-    if settings.primary is not None and m.backend != settings.primary:
-        raise ProxyProblem(f"the proxy answers from {m.backend}, not from the primary {settings.primary}: is the "
+    if settings.primary is not None and backend != settings.primary:
+        raise ProxyProblem(f"the proxy answers from {backend}, not from the primary {settings.primary}: is the "
                            "primary already down? Start it, or name the backend that answers in --primary")
-    if settings.primary is None and m.proxy_fallbacks:
-        raise ProxyProblem(f"the proxy already answers from a fallback ({m.backend}, after {m.proxy_fallbacks} "
-                           "attempted fallback(s)): the primary is down before the stop; start it first")
-    return Request(sent, now(), ok=True, backend=m.backend, fallbacks=m.proxy_fallbacks,
-                   ttft_ms=None if m.ttft_s is None else m.ttft_s * 1000.0, decode_tps=m.client_decode_tps,
-                   output_tokens=m.output_tokens, proxy_overhead_ms=m.proxy_overhead_ms)
+    if settings.primary is None and fallbacks:
+        raise ProxyProblem(f"the proxy already answers from a fallback ({backend}, after {fallbacks} attempted "
+                           "fallback(s)): the primary is down before the stop; start it first")
+    try:
+        tokens = int(response.json()["usage"]["completion_tokens"])
+    except (ValueError, KeyError, TypeError):
+        tokens = None
+    return Request(sent, now(), ok=True, backend=backend, fallbacks=fallbacks, output_tokens=tokens,
+                   proxy_overhead_ms=overhead_ms)
 
 
 def _wait(load: SteadyLoad, seconds: float, until: Callable[[], bool] = lambda: False) -> None:
