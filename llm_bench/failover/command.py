@@ -30,7 +30,7 @@ Log = Callable[[str], None]
 
 # A primary that still answers a request sent this long after the stop command returned was not stopped
 # (a request in flight at the stop may still end on it).
-STOP_GRACE_S = 2.0
+STOP_GRACE_S = 1.0
 COMMAND_OUTPUT_CHARS = 2000
 
 
@@ -273,6 +273,9 @@ def _measure(settings: FailoverSettings, run: FailoverRun, load: SteadyLoad, res
         raise CommandFailed(failure, results.path)
     log(f"stopped in {run.stop.duration_s:.1f} s; {settings.down_s:g} s of load while it is down")
     _wait(load, settings.down_s)
+    # The outage is judged by requests sent after the grace: wait for one of them to end.
+    evidence_from = run.stop.ended_s + STOP_GRACE_S  # type: ignore[operator]
+    _wait(load, settings.request_timeout_s, lambda: any(r.sent_s >= evidence_from for r in run.requests))
     problem = outage_problem(run)
     if problem:
         run.problems.append(problem)
