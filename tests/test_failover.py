@@ -134,8 +134,12 @@ def test_failover_through_the_real_proxy(box1: Box, router_factory, proxy_factor
     # Attribution: each router's own log counts the requests it answered.
     mine = {b: sum(1 for r in requests if r["ok"] and r["backend"] == b) for b in (primary, fallback)}
     assert sum(mine.values()) == sum(1 for r in requests if r["ok"])
+    # A request box1 answered just as it was stopped may miss its timing line (the router forwards its
+    # instance's log, and both were being stopped): only those may be missing from its count.
     box1_logs = [box1.logs[0], box1.start_log]
-    assert sum(chat_requests_served(log) for log in box1_logs) == mine[primary]
+    at_the_stop = sum(1 for r in requests if r["ok"] and r["backend"] == primary
+                      and stop["started_s"] <= r["done_s"] <= stop["ended_s"] + 1.0)
+    assert mine[primary] - at_the_stop <= sum(chat_requests_served(log) for log in box1_logs) <= mine[primary]
     assert chat_requests_served(box2.log_path) == mine[fallback]
     # Nothing sent while box1 was dead (after the stop command returned, before the start command) was
     # answered by it; each phase was served by the backend it should be.

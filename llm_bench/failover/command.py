@@ -197,11 +197,10 @@ def outage_problem(run: FailoverRun) -> str | None:
     if primary:
         return (f"the stop command ran (exit code 0) but the primary {run.primary} kept answering: {len(primary)} "
                 f"request(s) sent more than {STOP_GRACE_S:g} s after it returned were answered by it")
-    outage = [r for r in run.requests if r.sent_s >= run.stop.started_s and r.sent_s < end]
-    if outage and not any(r.ok for r in outage):
-        said = next(r.error for r in outage if r.error)
-        return (f"no request was answered while the primary was down ({len(outage)} failed): can the proxy reach "
-                f"its fallback? The proxy said: {said}")
+    if window and not any(r.ok for r in window):
+        said = next(r.error for r in window if r.error)
+        return (f"no request was answered while the primary was down ({len(window)} sent more than "
+                f"{STOP_GRACE_S:g} s after the stop failed): can the proxy reach its fallback? The proxy said: {said}")
     return None
 
 
