@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from llm_bench.cli.exits import Aborted, CouldNotRun, Interrupted, RanWithFailures
 from llm_bench.boxes import run_boxes
+from llm_bench.cli.exits import Aborted, CouldNotRun, Interrupted, RanWithFailures
 from llm_bench.cli.options import (
     api_key_source, apply_protocol_flags, boxes_server_options, list_option, log, protocol_options,
 )
