@@ -43,7 +43,7 @@ def fleet_config(path: Path, box1: str, box2: str, extra: dict[str, str] | None 
 
 
 class Box:
-    """A router the failover's shell commands stop (SIGTERM to its process group, then wait for its end)
+    """A router the failover's shell commands stop (SIGKILL to its process group, then wait for its end)
     and start (on the same port, through the test bed's start_router, its pid in a file)."""
 
     def __init__(self, router: RouterProcess, llama_server_bin: Path, bed: Path, folder: Path):
@@ -67,7 +67,10 @@ class Box:
             import os, signal, time
             from pathlib import Path
             pid = int(Path({str(self.pid_file)!r}).read_text())
-            os.killpg(pid, signal.SIGTERM)  # the router and the model instance it spawned
+            # Killed, router and model instance: with a request in flight, a router given SIGTERM was seen
+            # to hang on it for a minute, still accepting connections (so the proxy waited instead of
+            # failing over).
+            os.killpg(pid, signal.SIGKILL)
             while True:  # until it is gone (a zombie of the test process counts as gone)
                 try:
                     state = Path(f"/proc/{{pid}}/stat").read_text().rsplit(")", 1)[1].split()[0]
