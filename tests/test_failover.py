@@ -144,10 +144,10 @@ def test_failover_through_the_real_proxy(box1: Box, router_factory, proxy_factor
                       and stop["started_s"] <= r["done_s"] <= stop["ended_s"] + 1.0)
     assert mine[primary] - at_the_stop <= sum(chat_requests_served(log) for log in box1_logs) <= mine[primary]
     assert chat_requests_served(box2.log_path) == mine[fallback]
-    # Nothing sent while box1 was dead (after the stop command returned, before the start command) was
-    # answered by it; each phase was served by the backend it should be.
-    down = [r for r in requests if stop["ended_s"] <= r["sent_s"] < start["started_s"]]
-    assert down and all(r["backend"] == fallback for r in down if r["ok"])
+    # Nothing answered while box1 was dead (after the stop command returned, before the start command) was
+    # answered by it; a request sent just before the start may still reach it after LiteLLM's back-off.
+    down = [r for r in requests if r["ok"] and stop["ended_s"] <= r["sent_s"] and r["done_s"] < start["started_s"]]
+    assert down and all(r["backend"] == fallback for r in down)
     assert all(r["backend"] == primary for r in requests if r["ok"] and r["done_s"] < stop["started_s"])
     # The figures lie within what the commands' own times allow.
     first_fallback = min(r["done_s"] for r in requests if r["ok"] and r["backend"] == fallback)
@@ -219,8 +219,8 @@ def test_bad_input_is_reported_as_what_it_is(box1: Box, router_factory, proxy_fa
     assert "starting the primary again" in bench.stderr and "Traceback" not in bench.stderr
     assert box1.started_marker.exists()
     data = results_of(tmp_path / "e")
-    assert data["start"]["exit_code"] == 0 and data["meta"]["finished_at"]
-    assert any(r["backend"] == f"{box2.url}/v1" for r in data["requests"] if r["ok"])
+    assert data["stop"]["exit_code"] == 0 and data["start"]["exit_code"] == 0 and data["meta"]["finished_at"]
+    assert data["start"]["started_s"] >= data["stop"]["ended_s"] and data["requests"]
 
     # The primary already down: the proxy answers from the fallback at once; nothing is stopped.
     box1.kill()
