@@ -19,7 +19,7 @@ from llm_bench.diagnostics.settings import Checks
 from llm_bench.engines import DEFAULT_ENGINE, ENGINES
 from llm_bench.prompts import shipped_prompt
 from llm_bench.results import AliasRecord
-from llm_bench.validation import PlanError, check_fields, check_keys
+from llm_bench.validation import PlanError, check_fields, check_keys, check_url
 from llm_bench.workloads import LEGACY_NAMES, NAMES, REGISTRY, workload
 from llm_bench.workloads.base import Workload
 from llm_bench.workloads.standard import STANDARD
@@ -183,6 +183,7 @@ CHECK_KEYS = {f.name for f in fields(Checks)}
 @dataclass(frozen=True)
 class Plan:
     url: str = field(default=DEFAULT_URL, metadata={"url": "server"})
+    urls: tuple[str, ...] = ()  # several boxes, measured in turn into one report (llm_bench.boxes)
     aliases: tuple[str, ...] = ()  # empty: every preset the router lists
     label: str = ""
     output_dir: Path = Path("results")
@@ -199,7 +200,7 @@ class Plan:
 
 
 PROTOCOL_KEYS = {f.name for f in fields(Protocol)} - {"prompt", "settings"} | LEGACY_KEYS
-PLAN_KEYS = {"url", "aliases", "label", "output_dir", "protocol", "engine", "api_key_file", "api_key_env",
+PLAN_KEYS = {"url", "urls", "aliases", "label", "output_dir", "protocol", "engine", "api_key_file", "api_key_env",
              "metrics_url", "metrics_key", "checks"}
 
 
@@ -257,6 +258,11 @@ def plan_from_mapping(data: dict[str, Any], *, relative_to: Path | None = None,
     aliases = data.get("aliases", ())
     if isinstance(aliases, str) or not isinstance(aliases, (list, tuple)) or not all(isinstance(a, str) for a in aliases):
         raise PlanError(f"plan: aliases must be a list of preset names, not {aliases!r}")
+    urls = data.get("urls", ())
+    if isinstance(urls, str) or not isinstance(urls, (list, tuple)) or not all(isinstance(u, str) for u in urls):
+        raise PlanError(f"plan: urls must be a list of server URLs, one per box, not {urls!r}")
+    for url in urls:
+        check_url(url, "plan: urls")
     engine = data.get("engine", DEFAULT_ENGINE)
     if engine not in ENGINES:
         raise PlanError(f"plan: unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
@@ -271,7 +277,7 @@ def plan_from_mapping(data: dict[str, Any], *, relative_to: Path | None = None,
     except PlanError as e:  # its fields are file and env; the plan spells them api_key_file, api_key_env
         raise PlanError(f"plan: api_key_{e}") from e
     try:
-        plan = Plan(checks=checks, url=data.get("url", DEFAULT_URL), aliases=tuple(aliases),
+        plan = Plan(checks=checks, url=data.get("url", DEFAULT_URL), urls=tuple(urls), aliases=tuple(aliases),
                     label=data.get("label", ""), output_dir=data.get("output_dir", "results"), protocol=protocol,
                     engine=engine, api_key=api_key, metrics_url=data.get("metrics_url"),
                     metrics_key=data.get("metrics_key", False))

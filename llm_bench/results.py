@@ -56,6 +56,8 @@ class RunRecord:
     first_answer_ms: float | None = None
     reasoning_tokens: int | None = None  # absent: the answer carried no reasoning
     reasoning_source: str | None = None  # "server" (completion_tokens_details) or "deltas" (chunks counted)
+    backend: str | None = None  # through a LiteLLM proxy: the backend that answered (x-litellm-model-api-base)
+    proxy_overhead_ms: float | None = None  # the proxy's own time on the request (x-litellm-overhead-duration-ms)
 
 
 @dataclass
@@ -378,6 +380,8 @@ def run_record(m: StreamMeasurement, engine: Engine) -> RunRecord:
         first_answer_ms=_ms(m.first_answer_s),
         reasoning_tokens=None if reasoning is None else reasoning[0],
         reasoning_source=None if reasoning is None else reasoning[1],
+        backend=m.backend,
+        proxy_overhead_ms=m.proxy_overhead_ms,
     )
 
 

@@ -329,13 +329,20 @@ def write_merged(plan: SweepPlan, log: Log) -> Path | None:
     sets = measured_sets(plan.output_dir)
     if not sets:
         return None
+    return merge_sets(plan.output_dir, sets, "sweep", [t.name for t in plan.targets], plan.protocol.to_toml(), log)
+
+
+def merge_sets(output_dir: Path, sets: list[ResultSet], label: str, targets: list[str], protocol: dict[str, Any],
+               log: Log) -> Path:
+    """One results file of every record of ``sets``, each keeping its target; a later measurement of the same
+    target and configuration replaces an earlier one. Marked ``sweep_merged``, so it is never merged again."""
     now = datetime.now(timezone.utc)
-    meta = {"format": FORMAT, "sweep_merged": True, "label": "sweep", "created_at": now.isoformat(timespec="seconds"),
-            "targets": [t.name for t in plan.targets], "sources": [s.meta.get("started_at", "") for s in sets],
-            "protocol": plan.protocol.to_toml(), "complete": True}
+    meta = {"format": FORMAT, "sweep_merged": True, "label": label, "created_at": now.isoformat(timespec="seconds"),
+            "targets": targets, "sources": [s.meta.get("started_at", "") for s in sets],
+            "protocol": protocol, "complete": True}
     latest = {(r.target, r.configuration): r for s in sets for r in s.aliases}  # a later attempt replaces
     records = list(latest.values())
-    writer = ResultsWriter(plan.output_dir, ResultSet(meta, []), results_stem(now, "merged", kind="sweep"))
+    writer = ResultsWriter(output_dir, ResultSet(meta, []), results_stem(now, "merged", kind=label))
     writer.extend(records)
     log(f"merged results: {writer.path}")
     return writer.path

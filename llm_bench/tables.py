@@ -9,6 +9,7 @@ report assembles them, neither importing the other.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -105,7 +106,20 @@ def notes_of(record: AliasRecord) -> str:
     if record.thinking:
         notes.append(f"thinking = {record.thinking} (protocol).")
     notes.extend(record.warnings)
+    notes.extend(route_notes(record))
     return " ".join(notes).replace("\n", " ")
+
+
+def route_notes(record: AliasRecord) -> list[str]:
+    """What the proxy said of the runs: the backend (when one answered them all) and its own overhead."""
+    backends = {run.backend for run in record.runs if run.backend}
+    overheads = [run.proxy_overhead_ms for run in record.runs if run.proxy_overhead_ms is not None]
+    notes = []
+    if len(backends) == 1 and not any(f"answered by {next(iter(backends))}" in w for w in record.warnings):
+        notes.append(f"answered by {next(iter(backends))}")
+    if overheads:
+        notes.append(f"proxy overhead median {statistics.median(overheads):.1f} ms")
+    return notes
 
 
 def acceptance_text(record: AliasRecord) -> str:

@@ -89,10 +89,10 @@ def apply(f, options):
     return f
 
 
-def server_options(f):
+def server_options(f, url_option=None):
     """Where the server is and how to reach it; every command that talks to a server takes these."""
     return apply(f, [
-        click.option("--url", type=URL, help=f"Server URL (default {DEFAULT_URL})."),
+        url_option or click.option("--url", type=URL, help=f"Server URL (default {DEFAULT_URL})."),
         click.option("--engine", type=click.Choice(ENGINES),
                      help="llama-cpp: a llama.cpp router (default); openai: any OpenAI-compatible server."),
         click.option("--api-key-file", type=click.Path(dir_okay=False, path_type=Path),
@@ -102,6 +102,13 @@ def server_options(f):
         click.option("--metrics-key", is_flag=True, default=None,
                      help="Send the API key to a --metrics-url on another host too (on the server's own it always goes)."),
     ])
+
+
+def boxes_server_options(f):
+    """server_options with ``--url`` repeatable: one per box (llm_bench.boxes)."""
+    return server_options(f, click.option(
+        "--url", "urls", type=URL, multiple=True,
+        help=f"Server URL (default {DEFAULT_URL}); repeat it to measure several boxes into one report."))
 
 
 def api_key_source(api_key_file: Path | None, api_key_env: str | None) -> ApiKeySource | None:

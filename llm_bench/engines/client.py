@@ -82,6 +82,21 @@ def same_origin(url: str, base_url: str) -> bool:
     return (target.scheme, target.host, target.port) == (base.scheme, base.host, base.port)
 
 
+def _number(text: str | None) -> float | None:
+    try:
+        return None if text is None else float(text)
+    except ValueError:
+        return None
+
+
+def proxy_route(headers: httpx.Headers) -> tuple[str | None, float | None, int | None]:
+    """What a LiteLLM proxy says of a request: the backend it went to, the proxy's own overhead in ms, and
+    how many fallback groups it tried (all None from a server that is not a proxy)."""
+    fallbacks = _number(headers.get("x-litellm-attempted-fallbacks"))
+    return (headers.get("x-litellm-model-api-base") or None, _number(headers.get("x-litellm-overhead-duration-ms")),
+            None if fallbacks is None else int(fallbacks))
+
+
 # The connection pool of a caller that does not say how many streams it will open at once (the runner
 # says: its largest concurrency level). More simultaneous streams than this fail fast, never queue.
 DEFAULT_STREAMS = 32
@@ -195,6 +210,8 @@ class OpenAIClient:
                 try:
                     measurement = measure_stream(server_sent_events(response), sent_at, what=what)
                     measurement.written_at = written[0] if written else None
+                    measurement.backend, measurement.proxy_overhead_ms, measurement.proxy_fallbacks = (
+                        proxy_route(response.headers))
                     return measurement
                 except httpx.TimeoutException as e:  # the server stopped sending for longer than the timeout
                     raise RequestTimeout(f"{what}: stream broke: {type(e).__name__}: {e}") from e

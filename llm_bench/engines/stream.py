@@ -88,6 +88,11 @@ class StreamMeasurement:
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     timings: dict[str, Any] | None = None
+    # Through a LiteLLM proxy: the backend that answered (its x-litellm-model-api-base header) and the
+    # proxy's own time on the request (x-litellm-overhead-duration-ms).
+    backend: str | None = None
+    proxy_overhead_ms: float | None = None
+    proxy_fallbacks: int | None = None  # x-litellm-attempted-fallbacks: 1 when a fallback group answered
 
     @property
     def ttft_s(self) -> float | None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llm_bench.preset_args import preset_facts
+from llm_bench.report.backends import split_by_backend
 from llm_bench.report.verdict import Verdict, verdict
 from llm_bench.results import AliasRecord, ResultSet, ResultsFileError, load_results
 from llm_bench.tables import Row
@@ -72,7 +73,9 @@ def rows_from_sets(sets: Sequence[ResultSet], qualify: bool) -> list[Row]:
         for record in result_set.aliases:
             label = record.target or result_set.meta.get("label", "")
             name = f"{label} / {record.configuration}" if qualify and label else record.configuration
-            rows[name] = Row(name, record, label, record.engine or result_set.meta.get("engine", ""))
+            for backend, part in split_by_backend(record):
+                named = name if backend is None else f"{name} @ {backend}"
+                rows[named] = Row(named, part, label, record.engine or result_set.meta.get("engine", ""))
     return list(rows.values())
 
 
