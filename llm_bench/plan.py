@@ -121,9 +121,9 @@ class Protocol:
 
 
 def _toml(values: dict[str, Any]) -> dict[str, Any]:
-    """TOML has no null: a setting that is off (precision) is left out; tuples are lists."""
-    return {k: _toml(v) if isinstance(v, dict) else list(v) if isinstance(v, tuple) else v
-            for k, v in values.items() if v is not None}
+    """TOML has no null: a setting that is off (precision) is left out; tuples are lists, paths strings."""
+    return {k: _toml(v) if isinstance(v, dict) else list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path)
+            else v for k, v in values.items() if v is not None}
 
 
 def read_key_file(path: Path) -> str:
