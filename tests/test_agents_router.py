@@ -74,14 +74,23 @@ class Printed:
 
 
 NUMBER = r"\s*([\d.]+)"
-TIMING = re.compile(rf"prompt eval time ={NUMBER} ms /{NUMBER} tokens \({NUMBER} ms per token,{NUMBER} tokens per "
-                    rf"second\)\n.*eval time ={NUMBER} ms /{NUMBER} tokens \({NUMBER} ms per token,{NUMBER} tokens "
-                    r"per second\)")
+PROMPT_EVAL = re.compile(rf"prompt eval time ={NUMBER} ms /{NUMBER} tokens \({NUMBER} ms per token,{NUMBER} tokens per second\)")
+EVAL = re.compile(rf"(?<!prompt )eval time ={NUMBER} ms /{NUMBER} tokens \({NUMBER} ms per token,{NUMBER} tokens per second\)")
 
 
 def printed(router: RouterProcess) -> list[Printed]:
-    return [Printed(float(p_ms), int(p_n), float(p_tps), int(e_n), float(e_tps))
-            for p_ms, p_n, _p_tok, p_tps, _e_ms, e_n, _e_tok, e_tps in TIMING.findall(router.log())]
+    """Each task's prompt line with the eval line that follows it; the router may write a line of its own
+    between the two, so they are paired line by line rather than as adjacent lines."""
+    found, prompt = [], None
+    for line in router.log().splitlines():
+        if m := PROMPT_EVAL.search(line):
+            prompt = m.groups()
+        elif (m := EVAL.search(line)) and prompt is not None:
+            p_ms, p_n, _p_tok, p_tps = prompt
+            _e_ms, e_n, _e_tok, e_tps = m.groups()
+            found.append(Printed(float(p_ms), int(p_n), float(p_tps), int(e_n), float(e_tps)))
+            prompt = None
+    return found
 
 
 def assert_printed(run: RunRecord, log: list[Printed], processed: int | None = None) -> None:
