@@ -21,11 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
-from llm_bench.support.poll import poll_until
 from llm_bench.testbed.llama_server import cache_dir
-from llm_bench.testbed.router import ServerProcess, free_port
+from llm_bench.testbed.router import ServerProcess, free_port, spawn_logged, wait_answering
 
 LITELLM_VERSION = "1.80.0"
 REQUIREMENT = f"litellm[proxy]=={LITELLM_VERSION}"
@@ -117,29 +114,12 @@ def start_proxy(
     ``env`` adds variables (the backends' keys, as services.litellm.environmentFile would)."""
     port = port or free_port()
     config, log_path = config.resolve(), log_path.resolve()
-    log_file = log_path.open("ab")
     started = time.monotonic()
-    process = subprocess.Popen(
-        proxy_command(binary, config, port),
-        stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        cwd=log_path.parent, env={**os.environ, **OFFLINE_ENV, **(env or {})}, start_new_session=True,
-    )
-    log_file.close()
+    process = spawn_logged(proxy_command(binary, config, port), log_path, log_path.parent, {**OFFLINE_ENV, **(env or {})})
     url = f"http://127.0.0.1:{port}"
-
-    def answering() -> bool | None:
-        if process.poll() is not None:
-            raise ProxyStartError(
-                f"litellm exited with code {process.returncode} while starting with {config}; its log "
-                f"({log_path}) ends with:\n{log_path.read_text(errors='replace')[-3000:]}"
-            )
-        try:
-            # 401: up, and guarded by a master key
-            return httpx.get(f"{url}/v1/models", timeout=2).status_code in (200, 401) or None
-        except httpx.TransportError:
-            return None
-
-    if poll_until(answering, timeout=timeout, interval=0.1):
+    # 401: up, and guarded by a master key
+    if wait_answering(process, f"{url}/v1/models", log_path, "litellm", f"while starting with {config}",
+                      ProxyStartError, timeout, interval=0.1, tail=3000):
         return ProxyProcess(url, port, process, log_path, time.monotonic() - started)
     ProxyProcess(url, port, process, log_path, 0.0).stop()
     raise ProxyStartError(f"litellm did not answer on {url} within {timeout:.0f} s; see {log_path}")

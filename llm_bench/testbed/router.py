@@ -68,6 +68,35 @@ def router_command(binary: Path, presets_ini: Path, port: int, extra_args: Seque
     ]
 
 
+def spawn_logged(command: Sequence[str], log_path: Path, cwd: Path, env: dict[str, str] | None) -> subprocess.Popen:
+    """Start a server in a process group of its own (so stop() takes what it spawns), its output appended
+    to log_path."""
+    with log_path.open("ab") as log_file:
+        return subprocess.Popen(
+            command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cwd=cwd, env={**os.environ, **(env or {})}, start_new_session=True,
+        )
+
+
+def wait_answering(process: subprocess.Popen, probe_url: str, log_path: Path, name: str, starting: str,
+                   error: type[RuntimeError], timeout: float, interval: float, tail: int) -> bool:
+    """Poll probe_url until it answers 200 or 401 (up, and guarded by a key); False after timeout. A process
+    that exits meanwhile raises ``error`` with the end of its log."""
+
+    def answering() -> bool | None:
+        if process.poll() is not None:
+            raise error(
+                f"{name} exited with code {process.returncode} {starting}; its log "
+                f"({log_path}) ends with:\n{log_path.read_text(errors='replace')[-tail:]}"
+            )
+        try:
+            return httpx.get(probe_url, timeout=2).status_code in (200, 401) or None
+        except httpx.TransportError:
+            return None
+
+    return bool(poll_until(answering, timeout=timeout, interval=interval))
+
+
 def start_router(
     binary: Path,
     presets_ini: Path,
@@ -80,28 +109,11 @@ def start_router(
 ) -> RouterProcess:
     port = port or free_port()
     presets_ini, log_path = presets_ini.resolve(), log_path.resolve()
-    log_file = log_path.open("ab")
-    process = subprocess.Popen(
-        router_command(binary, presets_ini, port, extra_args),
-        stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        cwd=presets_ini.parent, env={**os.environ, **(env or {})}, start_new_session=True,
-    )
-    log_file.close()
+    process = spawn_logged(router_command(binary, presets_ini, port, extra_args), log_path, presets_ini.parent, env)
     router = RouterProcess(f"http://127.0.0.1:{port}", port, process, log_path)
-
-    def answering() -> bool | None:
-        if process.poll() is not None:
-            raise RouterStartError(
-                f"llama-server exited with code {process.returncode} while starting; its log "
-                f"({log_path}) ends with:\n{router.log()[-2000:]}"
-            )
-        try:
-            # 401: up, and guarded by --api-key
-            return httpx.get(f"{router.url}/models", timeout=2).status_code in (200, 401) or None
-        except httpx.TransportError:
-            return None
-
-    if poll_until(answering, timeout=timeout, interval=0.2):
+    # 401: up, and guarded by --api-key
+    if wait_answering(process, f"{router.url}/models", log_path, "llama-server", "while starting", RouterStartError,
+                      timeout, interval=0.2, tail=2000):
         return router
     router.stop()
     raise RouterStartError(f"llama-server did not answer on {router.url} within {timeout:.0f} s; see {log_path}")
