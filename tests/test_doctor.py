@@ -190,6 +190,19 @@ def test_doctor_on_a_healthy_alias_warns_but_passes(router, fake_nvml, tmp_path)
     assert "WARNING [power-limit]" in result.output and "INFO [offload]" in result.output
 
 
+def test_the_log_is_read_after_the_probe_loads_the_model(router, fake_nvml):
+    """A fresh router: nothing loaded until doctor's probe asks for the alias. The log checks must see
+    that load (here: no GPU), so the doctor reads the log after probing. The log is read from this
+    test's start only, so no earlier load of the alias can stand in for it."""
+    unloaded_all(router)
+    start = router.log_path.stat().st_size
+    fake_nvml(FakeNvml(gpus=[FakeGpu()]))
+    result = doctor("--url", router.url, "--alias", "tiny-plain",
+                    "--log-command", f"tail -c +{start + 1} {router.log_path}")
+    assert result.exit_code == 1, result.output
+    assert "ERROR [no-gpu]" in result.output and "tiny-plain: the router runs without a GPU" in result.output
+
+
 def test_doctor_reports_a_router_without_a_gpu_as_an_error(router, fake_nvml):
     """NVML (the test double) sees an RTX 3090; the real CPU router loads its model with no CUDA
     device and no offload: the doctor fails, naming the check."""

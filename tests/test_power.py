@@ -145,15 +145,37 @@ def wait_for_change(state: Path, proc: subprocess.Popen, timeout: float = 60.0) 
         raise AssertionError("the sweep never changed the limit")
 
 
-def test_sigterm_restores(router, fake_env, tmp_path):
+def test_sigterm_before_the_first_limit_is_measured_restores_and_exits_130(router, fake_env, tmp_path):
     proc = start_sweep(router, tmp_path)
-    wait_for_change(fake_env, proc)
+    wait_for_change(fake_env, proc)  # set to 200 W, settling: nothing measured yet
     proc.send_signal(signal.SIGTERM)
     out = proc.communicate(timeout=30)[0].decode()
-    # power is not among the commands that exit 130 (README, Exit codes): SIGTERM ends it through click's Abort
-    assert proc.returncode == 1, out
+    assert proc.returncode == 130, out  # README, Exit codes: interrupted
     assert "GPU0: power limit restored to 350 W" in out and "GPU1: power limit restored to 300 W" in out
+    assert "interrupted; the original power limits are restored and no limit was measured yet" in out
     assert limits(fake_env) == [350000, 300000] and not state_path().exists()
+    assert list((tmp_path / "out").glob("*.toml")) == []  # no empty results file left behind
+
+
+def test_sigterm_after_a_limit_keeps_it_in_the_results_file(router, fake_env, tmp_path):
+    proc = start_sweep(router, tmp_path)
+
+    def measured() -> Path | None:
+        if proc.poll() is not None:
+            raise AssertionError(f"sweep ended early: {proc.stdout.read().decode()}")
+        files = list((tmp_path / "out").glob("*.toml"))
+        return files[0] if files and files[0].stat().st_size else None
+
+    path = poll_until(measured, timeout=60, interval=0.05)
+    assert path is not None, "no limit was written"
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=30)[0].decode()
+    assert proc.returncode == 130, out
+    assert f"interrupted; the original power limits are restored and every limit measured is in {path}" in out
+    assert limits(fake_env) == [350000, 300000] and not state_path().exists()
+    kept = tomllib.loads(path.read_text())
+    assert kept["limits"][0]["limit_w"] == 200.0 and kept["limits"][0]["decode_tps"] > 0
+    assert len(kept["limits"]) < 4 and kept["meta"]["limits_w"] == [200.0, 250.0, 300.0, 350.0]
 
 
 def test_killed_sweep_is_restored_by_the_next_start(router, fake_env, tmp_path):

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import click
 
-from llm_bench.cli.exits import CouldNotRun
+from llm_bench.cli.exits import CouldNotRun, Interrupted
 from llm_bench.cli.options import list_option, log, open_server, server_options
 from llm_bench.engines.errors import ServerError
 from llm_bench.gpu.nvml import Nvml, PowerLimitError
 from llm_bench.plan import PlanError
-from llm_bench.power.command import PowerSettings, run_power, show_limits
+from llm_bench.power.command import PowerInterrupted, PowerSettings, run_power, show_limits
 
 
 def _parse_limits(values: tuple[str, ...]) -> list[float]:
@@ -62,6 +62,9 @@ def power(limits, gpus, url, engine, api_key_file, api_key_env, metrics_url, met
             done = run_power(server, nvml, settings, output_dir, log, chart_path)
         except (PowerLimitError, ServerError, PlanError) as e:
             raise CouldNotRun(str(e)) from e
+        except PowerInterrupted as e:
+            kept = f"every limit measured is in {e.path}" if e.path else "no limit was measured yet"
+            raise Interrupted(f"interrupted; the original power limits are restored and {kept}") from None
         finally:
             server.close()
     click.echo(done.table, nl=False)

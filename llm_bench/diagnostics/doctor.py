@@ -104,7 +104,6 @@ def diagnose(engine: Engine, nvml: Nvml, source: LogSource | None, settings: Doc
     findings += checks.check_power_floor(nvml, settings.power_floor_w)
     findings += kernel_findings(nvml, settings)
     xids = nvml.xid_watch()
-    findings += log_findings(source, nvml.count())
     metrics = engine.metrics_text()
     lines = [settings.vllm_cmdline] if settings.vllm_cmdline else checks.vllm_command_lines()
     findings += checks.check_enforce_eager(lines, metrics)
@@ -117,6 +116,8 @@ def diagnose(engine: Engine, nvml: Nvml, source: LogSource | None, settings: Doc
     with PcieWatch(nvml) as pcie:
         for alias in settings.aliases or tuple(loaded):
             findings += probe_findings(engine, alias, settings, bandwidth, log)
+    # After the probes: a probe may load a model, and its load lines are what the log checks read.
+    findings += log_findings(source, nvml.count())
     findings += checks.check_pcie(list(pcie.busiest.values()), pcie.first, pcie.last)
     findings += checks.check_xid_events(xids.poll())
     xids.close()

@@ -157,8 +157,9 @@ class OpenAIClient:
             raise ServerError(f"GET {self.base_url}{path} answered HTTP 200 with {_body_kind(response)}, "
                               "not JSON: is --url the server's address?") from e
 
-    def post_json(self, path: str, body: dict[str, Any]) -> Any:
-        """A non-streamed request (the quality workload's greedy answers); the server's error as a ServerError."""
+    def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        """A non-streamed request answered HTTP 200 (its headers too: a proxy names its backend there); the
+        server's error as a ServerError."""
         try:
             response = self.http.post(path, json=body)
         except httpx.RemoteProtocolError:  # the router's stale-connection drop (see stream_chat): nothing ran
@@ -172,6 +173,11 @@ class OpenAIClient:
         if response.status_code != 200:
             raise RequestRefused(f"POST {path} for {body.get('model')!r}: {error_message(response)}"
                                  f"{refused_hint(response)}", response.status_code)
+        return response
+
+    def post_json(self, path: str, body: dict[str, Any]) -> Any:
+        """A non-streamed request's JSON answer (the quality workload's greedy answers)."""
+        response = self.post(path, body)
         try:
             return response.json()
         except (json.JSONDecodeError, UnicodeDecodeError) as e:

@@ -16,10 +16,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-import httpx
-
 from llm_bench import __version__
-from llm_bench.engines.client import error_message, proxy_route, refused_hint
+from llm_bench.engines.client import proxy_route
+from llm_bench.engines.errors import RequestRefused, ServerError, ServerUnreachable
 from llm_bench.engines.openai import OpenAIEngine
 from llm_bench.engines.stream import ChatRequest
 from llm_bench.failover.load import SteadyLoad
@@ -155,14 +154,14 @@ def probe(engine: OpenAIEngine, request: ChatRequest, settings: FailoverSettings
     body.pop("stream_options")
     sent = now()
     try:
-        response = engine.client.http.post("/v1/chat/completions", json=body)
-    except httpx.ConnectError as e:
-        raise ProxyProblem(f"the proxy cannot be reached at {settings.url} ({e}); is --url right?") from e
-    except httpx.HTTPError as e:
-        raise ProxyProblem(f"the proxy did not answer the first request: {type(e).__name__}: {e}") from e
-    if response.status_code != 200:
-        raise ProxyProblem(f"the proxy did not answer the first request: {error_message(response)}{refused_hint(response)}; "
-                           f"are all its backends down, or is --model {settings.model!r} not one of its model groups?")
+        response = engine.client.post("/v1/chat/completions", body)
+    except ServerUnreachable as e:
+        raise ProxyProblem(f"the proxy cannot be reached at {settings.url} ({e.__cause__}); is --url right?") from e
+    except RequestRefused as e:
+        raise ProxyProblem(f"the proxy did not answer the first request: {e}; are all its backends down, or is "
+                           f"--model {settings.model!r} not one of its model groups?") from e
+    except ServerError as e:
+        raise ProxyProblem(f"the proxy did not answer the first request: {e}") from e
     backend, overhead_ms, fallbacks = proxy_route(response.headers)
     if backend is None:
         raise ProxyProblem(f"{settings.url} answered without naming the backend (no x-litellm-model-api-base "

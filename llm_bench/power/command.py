@@ -1,5 +1,6 @@
 """``llm-bench power`` from its settings to its results file: the model chosen and warmed up, the sweep
-measured at each limit (the original limits restored on every exit path), the file written, the table."""
+measured at each limit (the original limits restored on every exit path), the file rewritten after each
+limit so that an interrupted sweep keeps what it measured, the table."""
 
 from __future__ import annotations
 
@@ -36,6 +37,15 @@ class PowerSettings:
     settle_s: float = 5.0
 
 
+class PowerInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM during the sweep, after the original limits were restored; ``path`` holds every
+    limit measured, or is None when none was."""
+
+    def __init__(self, path: Path | None):
+        super().__init__()
+        self.path = path
+
+
 @dataclass(frozen=True)
 class PowerRun:
     model: str
@@ -67,17 +77,32 @@ def run_power(server: Engine, nvml: Nvml, settings: PowerSettings, output_dir: P
     meta = provenance(POWER_FORMAT, nvml) | {
         "server_url": server.base_url, "alias": model, "gpus_limited": chosen, "limits_w": list(settings.limits_w),
         "runs": settings.runs, "max_tokens": settings.max_tokens, "settle_s": settings.settle_s}
-    results = limits.sweep(nvml, chosen, settings.limits_w, measurer(server, request, settings.runs, nvml, log), log,
-                           settle_s=settings.settle_s)
     path = reserve_path(output_dir, results_stem(datetime.now(timezone.utc), f"power-{model}"))
-    data: dict[str, Any] = {"meta": {k: v for k, v in meta.items() if v is not None},
-                            "limits": [r.to_toml() for r in results]}
+    measured: list[LimitResult] = []
+
+    def keep(result: LimitResult) -> None:
+        measured.append(result)
+        write_toml(path, power_data(meta, measured))
+
+    try:
+        results = limits.sweep(nvml, chosen, settings.limits_w,
+                               measurer(server, request, settings.runs, nvml, log), log,
+                               settle_s=settings.settle_s, on_result=keep)
+    except KeyboardInterrupt:
+        if not measured:
+            path.unlink(missing_ok=True)
+        raise PowerInterrupted(path if measured else None) from None
+    data = power_data(meta, results)
     write_toml(path, data)
     log(f"Results written to {path}")
     if chart is not None:
         limits.draw_power_chart(results, chart, f"Power sweep: {model}")
         log(f"Chart written to {chart}")
     return PowerRun(model, results, path, table(path, data["meta"], [r.to_toml() for r in results]))
+
+
+def power_data(meta: dict[str, Any], results: Sequence[LimitResult]) -> dict[str, Any]:
+    return {"meta": {k: v for k, v in meta.items() if v is not None}, "limits": [r.to_toml() for r in results]}
 
 
 def table(path: Path, meta: dict, rows: Sequence[dict]) -> str:
