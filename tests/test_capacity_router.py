@@ -234,7 +234,8 @@ def test_a_server_dying_partway_exits_3_with_every_level_kept(llama_server_bin, 
         process = start_capacity(capacity_args(router.url, tmp_path, out, "--alias", "p2", "--window-s", "3",
                                                "--min-window-requests", "2"))
         wait_for_levels(out, 1, process)
-        router.stop()
+        # SIGTERM, then SIGKILL after 1 s: the router would wait 10 s for the busy instance to end its streams
+        router.stop(timeout=1.0)
         _, err = process.communicate(timeout=120)
     finally:
         router.stop()
