@@ -16,7 +16,8 @@ to a temporary folder. The selected tests are first run there unmutated: they mu
 mutation would look caught. Then for each mutation the file is changed, its tests run with
 ``python -m pytest -x`` (cwd and PYTHONPATH = the copy, so a test that starts ``python -m llm_bench``
 or ``llm-bench`` in a subprocess runs the mutated code too; checked before anything runs), and the
-file is restored. Each mutation is KILLED (a test failed), SURVIVED (all passed: a wrong figure the
+file is restored. With ``--jobs N`` (fast mutations only: theirs start no llama-server) N copies try
+mutations side by side, one at a time each. Each mutation is KILLED (a test failed), SURVIVED (all passed: a wrong figure the
 suite does not notice) or ERROR (its text is not in the file once, or its tests could not be run).
 
 Exit status: 0 all killed; 1 a mutation survived or could not be applied; 2 bad mutation files,
@@ -26,8 +27,10 @@ the copy does not import its own code, or the tests fail unmutated.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import fnmatch
 import os
+import queue
 import re
 import shutil
 import subprocess
@@ -35,6 +38,7 @@ import sys
 import tempfile
 import time
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -223,6 +227,24 @@ def try_mutation(m: Mutation, copy: Path, env: dict[str, str], timeout: float) -
     return Outcome("ERROR", f"pytest exit {code}: {failed_tests(output)}", seconds)
 
 
+def try_all(chosen: list[Mutation], copies: list[Path], timeout: float) -> Iterator[Outcome]:
+    """Each mutation's outcome, in order; each copy holds one mutation at a time."""
+    free: queue.Queue[Path] = queue.Queue()
+    for copy in copies:
+        free.put(copy)
+
+    def one(m: Mutation) -> Outcome:
+        copy = free.get()
+        try:
+            return try_mutation(m, copy, environment(copy), timeout)
+        finally:
+            free.put(copy)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(copies)) as pool:
+        for future in [pool.submit(one, m) for m in chosen]:
+            yield future.result()
+
+
 def select(mutations: list[Mutation], fast: bool, name: str | None, file_glob: str | None) -> list[Mutation]:
     return [m for m in mutations
             if (not fast or m.fast)
@@ -240,12 +262,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the selected mutations and exit")
     parser.add_argument("--no-baseline", action="store_true",
                         help="skip running the selected tests unmutated first (they must pass)")
+    parser.add_argument("--jobs", type=int, default=1, help="copies trying mutations side by side (only "
+                        "with --fast: two llama-servers measuring at once would disturb each other)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds one mutation's tests may take "
                         "(past it: KILLED)")
     parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     parser.add_argument("--package", default=PACKAGE, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     root = args.root.resolve()
+    if args.jobs < 1 or (args.jobs > 1 and not args.fast):
+        print("mutation-check: --jobs must be 1, or more with --fast (the other mutations' tests start "
+              "llama-server, and two measuring at once disturb each other)", file=sys.stderr)
+        return 2
 
     try:
         mutations = load_mutations(root)
@@ -267,13 +295,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     with tempfile.TemporaryDirectory(prefix="mutation-check-") as tmp:
-        copy = Path(tmp) / "repo"
-        make_copy(root, copy)
-        env = environment(copy)
-        wrong = check_imports_copy(copy, env, args.package)
-        if wrong:
-            print(f"mutation-check: {wrong}", file=sys.stderr)
-            return 2
+        copies = [Path(tmp) / f"repo{n}" for n in range(min(args.jobs, len(chosen)))]
+        for copy in copies:
+            make_copy(root, copy)
+            wrong = check_imports_copy(copy, environment(copy), args.package)
+            if wrong:
+                print(f"mutation-check: {wrong}", file=sys.stderr)
+                return 2
+        copy, env = copies[0], environment(copies[0])
         if not args.no_baseline:
             tests = list(dict.fromkeys(t for m in chosen for t in m.tests))
             print(f"Unmutated: {len(tests)} test selections ...", flush=True)
@@ -285,8 +314,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
         width = max(len(m.name) for m in chosen)
         outcomes = []
-        for n, m in enumerate(chosen, 1):
-            outcome = try_mutation(m, copy, env, args.timeout)
+        tried = zip(chosen, try_all(chosen, copies, args.timeout), strict=True)
+        for n, (m, outcome) in enumerate(tried, 1):
             outcomes.append(outcome)
             print(f"[{n}/{len(chosen)}] {outcome.status:<8} {m.name:<{width}}  {m.file}  "
                   f"({outcome.seconds:.1f} s)" + (f"\n    {outcome.detail}" if outcome.detail else ""), flush=True)

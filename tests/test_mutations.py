@@ -118,9 +118,21 @@ def test_the_script_tells_killed_from_survived_and_restores_each_file(tmp_path):
     assert "4 mutations: 2 killed, 1 survived, 1 errors" in out
     assert (repo / "pkg" / "m.py").read_text() == "def f():\n    return 1  # one\n"  # the original is untouched
 
-    fast = run_script("--root", str(repo), "--package", "pkg", "--fast", "--name", "caught", timeout=120)
+    # two copies side by side (CI's way): the same outcomes, printed in the files' order
+    fast = run_script("--root", str(repo), "--package", "pkg", "--fast", "--name", "caught", "--jobs", "2",
+                      timeout=120)
     assert fast.returncode == 0, fast.stdout + fast.stderr
+    assert [line.split()[1:3] for line in fast.stdout.splitlines() if line.startswith("[")] == [
+        ["KILLED", "caught"], ["KILLED", "caught"]]
+    assert fast.stdout.index("caught in process") < fast.stdout.index("caught only in a subprocess")
     assert "2 mutations: 2 killed, 0 survived, 0 errors" in fast.stdout
+
+
+def test_side_by_side_copies_are_refused_for_mutations_that_start_llama_server(tmp_path):
+    repo = mini_repo(tmp_path / "repo")
+    result = run_script("--root", str(repo), "--package", "pkg", "--jobs", "2", timeout=60)
+    assert result.returncode == 2
+    assert "--jobs must be 1, or more with --fast" in result.stderr and "KILLED" not in result.stdout
 
 
 def test_tests_that_fail_unmutated_are_refused(tmp_path):
@@ -143,6 +155,6 @@ def test_malformed_mutation_files_are_refused_with_the_fix(tmp_path):
 
 
 def test_every_fast_mutation_is_killed():
-    result = run_script("--fast", timeout=600)
+    result = run_script("--fast", "--jobs", "2", timeout=600)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert " 0 survived, 0 errors" in result.stdout
