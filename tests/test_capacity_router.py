@@ -278,8 +278,10 @@ def test_session_prompts_replay_the_turns_with_the_servers_own_counts(slots_bed)
     session_file = folder / "agent-session.json"
     session_file.write_text(json.dumps(AGENT_SESSION))
     out = folder / "session"
-    result = CliRunner().invoke(main, ["capacity", "--url", router.url, *OBJECTIVE, *QUICK, "--alias", "p2",
-                                       "--max-streams", "2", "--max-tokens", "8", "--prompt-cache",
+    # an objective both levels meet (the turns are what is checked here, not the answer), and a client lag allowance
+    # (1 % of 5 s) that a busy 2-core machine keeps
+    result = CliRunner().invoke(main, ["capacity", "--url", router.url, "--min-stream-tps", "1", "--max-ttft-s", "5",
+                                       *QUICK, "--alias", "p2", "--max-streams", "2", "--max-tokens", "8", "--prompt-cache",
                                        "--session-file", str(session_file), "--output-dir", str(out)])
     assert result.exit_code == OK, result.output
     assert "3 of its 3 turns per conversation" in result.output
