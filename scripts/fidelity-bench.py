@@ -32,6 +32,7 @@ import tempfile
 from pathlib import Path
 
 from llm_bench.capacity.loops import Budget, closed_level
+from llm_bench.capacity.prompts import PlanPrompt
 from llm_bench.capacity.records import Level
 from llm_bench.capacity.settings import CapacitySettings
 from llm_bench.engines import open_engine
@@ -101,7 +102,7 @@ def capacity_level(engine, request: ChatRequest, streams: int, window_s: float) 
     engine.stream(request)  # load the preset and warm it up; not counted
     settings = CapacitySettings(min_stream_tps=1.0, max_ttft_s=1.0, warmup_s=5.0, window_s=window_s,
                                 min_window_requests=streams)
-    return closed_level(engine, request, streams, settings, Budget(1_000_000, 3600.0))
+    return closed_level(engine, PlanPrompt(request).level(), streams, settings, Budget(1_000_000, 3600.0))
 
 
 def report_capacity(streams: int, level: Level) -> None:

@@ -3,14 +3,19 @@ phases, the answer sentence, the plan's [capacity] and the command line's refusa
 
 from __future__ import annotations
 
+import json
+import re
 import tomllib
+from html import escape
 
 import pytest
+import tomli_w
 from click.testing import CliRunner
 
 from llm_bench.capacity.answer import answer_sentence, markdown
 from llm_bench.capacity.chart import draw_capacity_chart
 from llm_bench.capacity.loops import Budget, Phases, clock
+from llm_bench.capacity.prompts import SessionPrompts
 from llm_bench.capacity.records import (
     OVERLOADED,
     WINDOW,
@@ -26,8 +31,10 @@ from llm_bench.capacity.search import MAX_HALVINGS, bracket, next_rate, next_str
 from llm_bench.capacity.settings import CapacitySettings, Objective, capacity_plan_from_mapping
 from llm_bench.cli import main
 from llm_bench.cli.exits import COULD_NOT_RUN
+from llm_bench.engines.stream import ChatRequest
 from llm_bench.plan import PlanError
 from llm_bench.testbed.router import free_port
+from llm_bench.workloads.session import parse_session
 
 OBJECTIVE = Objective(min_stream_tps=20.0, max_ttft_s=2.0)
 
@@ -250,3 +257,157 @@ def test_an_unreachable_server_exits_2_without_a_results_file(tmp_path):
                                        "20", "--max-ttft-s", "2", "--output-dir", str(tmp_path)])
     assert result.exit_code == COULD_NOT_RUN and "cannot connect" in result.output
     assert not list(tmp_path.glob("*.toml"))
+
+
+# --- a capacity results file in `llm-bench report`: its answers, its levels and its curve in the HTML report ---
+
+def spread_level(loop: str, value: float, decode: tuple[float, float], ttft: tuple[float, float]) -> Level:
+    """20 window requests whose decode t/s and TTFT rise evenly from the first figure by the second per request:
+    the p10 and the median (and the p95 and the median) differ, as in a real level."""
+    lv = Level(loop, value, "2026-12-01T00:00:00+00:00",
+               [request(ttft[0] + ttft[1] * i, decode[0] + decode[1] * i, level=value) for i in range(20)], 60.0,
+               (0.0, 60.0))
+    lv.judge(OBJECTIVE)
+    return lv
+
+
+def capacity_results_file(path):
+    closed = search_of(spread_level("closed", 1, (40, 1.0), (300, 10)), spread_level("closed", 2, (30, 0.5), (400, 20)),
+                       spread_level("closed", 4, (15, 1.0), (2000, 50)), spread_level("closed", 3, (22, 0.3), (900, 30)),
+                       stopped_by="found")
+    opened = Search("open", [spread_level("open", 6.0, (35, 0.2), (500, 5)), spread_level("open", 12.0, (12, 0.4),
+                                                                                            (2600, 40))])
+    opened.stopped_by, opened.carried, opened.broken_at = "found", 6.0, 12.0
+    aliases = [AliasCapacity("smol-a", "llama-cpp", "server timings", slots=4, searches=[closed]),
+               AliasCapacity("smol-b", "llama-cpp", "server timings", slots=2, searches=[opened])]
+    for alias in aliases:
+        for search in alias.searches:
+            search.answer = answer_sentence(alias.alias, search, OBJECTIVE)
+    meta = {"format": "llm-bench-capacity/1", "label": "by-hand", "host": "bed", "engine": "llama-cpp",
+            "objective": {"min_stream_tps": OBJECTIVE.min_stream_tps, "max_ttft_s": OBJECTIVE.max_ttft_s}}
+    path.write_text(tomli_w.dumps({"meta": meta, "aliases": [a.to_toml() for a in aliases]}))
+    return tomllib.loads(path.read_text())
+
+
+def svg_points(page: str, gid: str) -> list[tuple[float, float]]:
+    """The vertices of the SVG path matplotlib wrote for the line with this id."""
+    match = re.search(rf'<g id="{gid}">\s*<path d="([^"]*)"', page)
+    assert match, f"no line {gid} in the page"
+    numbers = [float(n) for n in re.findall(r"-?\d+(?:\.\d+)?", match.group(1))]
+    return list(zip(numbers[::2], numbers[1::2]))
+
+
+def assert_drawn_at(points: list[tuple[float, float]], xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """The line's vertices are these figures under one linear map per axis (the axes' scales); returns the
+    y map (scale, offset) so that other lines on the same axes can be checked against it."""
+    assert len(points) == len(xs) == len(ys)
+    for values, drawn in ((xs, [p[0] for p in points]), (ys, [p[1] for p in points])):
+        scale = (drawn[-1] - drawn[0]) / (values[-1] - values[0])
+        assert [drawn[0] + (v - values[0]) * scale for v in values] == pytest.approx(drawn, abs=2e-3)
+    scale = (points[-1][1] - points[0][1]) / (ys[-1] - ys[0])
+    return scale, points[0][1] - ys[0] * scale
+
+
+def test_capacity_results_in_the_html_report(tmp_path):
+    from tests.test_html_report import browser, open_page  # noqa: PLC0415 - the browser helpers, only here
+
+    data = capacity_results_file(tmp_path / "capacity.toml")
+    html = tmp_path / "report.html"
+    result = CliRunner().invoke(main, ["report", str(tmp_path / "capacity.toml"), "--html", str(html)])
+    assert result.exit_code == 0, result.output
+    assert "smol-a carries 3 concurrent sessions at >= 20 t/s each" in result.output
+    assert "smol-b carries 6 requests/min" in result.output
+    page = html.read_text()
+    for a, alias in enumerate(data["aliases"]):
+        (search,) = alias["searches"]
+        assert escape(search["answer"]) in page
+        levels = sorted(search["levels"], key=lambda lv: lv["level"])
+        xs = [lv["level"] for lv in levels]
+        # the curve is the file's own figures: per-stream decode t/s p10 and median, TTFT p95 and median
+        prefix = f"capacity0-curve{a}"
+        decode = assert_drawn_at(svg_points(page, f"{prefix}-decode-p10"), xs, [lv["decode_p10"] for lv in levels])
+        ttft = assert_drawn_at(svg_points(page, f"{prefix}-ttft-p95"), xs, [lv["ttft_p95"] / 1000 for lv in levels])
+        for name, y_map, values in (("decode-median", decode, [lv["decode_median"] for lv in levels]),
+                                    ("ttft-median", ttft, [lv["ttft_median"] / 1000 for lv in levels])):
+            drawn = [y for _, y in svg_points(page, f"{prefix}-{name}")]
+            assert drawn == pytest.approx([y_map[0] * v + y_map[1] for v in values], abs=2e-3), name
+        # and the objective's lines are drawn at its thresholds, on the same scales
+        for name, y_map, goal in (("decode-objective", decode, OBJECTIVE.min_stream_tps),
+                                  ("ttft-objective", ttft, OBJECTIVE.max_ttft_s)):
+            drawn = [y for _, y in svg_points(page, f"{prefix}-{name}")]
+            assert drawn == pytest.approx([y_map[0] * goal + y_map[1]] * 2, abs=2e-3), name
+    with browser() as playwright:
+        chromium, browser_page, problems = open_page(playwright, html, 390, 844)
+        try:
+            assert problems == []
+            assert browser_page.locator("#capacity0-chart svg").bounding_box()["width"] > 300
+            answers = browser_page.locator("#capacity .capacity-answers li").all_inner_texts()
+            assert answers == [a["searches"][0]["answer"] for a in data["aliases"]]
+            # each search's levels, in the order measured, with the file's figures as the table rounds them
+            for a, alias in enumerate(data["aliases"]):
+                (search,) = alias["searches"]
+                rows = browser_page.locator(f"#capacity0-{a}-{search['loop']} tbody tr")
+                cells = [rows.nth(i).locator("td").all_inner_texts() for i in range(rows.count())]
+                assert [c[:6] for c in cells] == [
+                    [f"{lv['level']:g}", str(lv["counted"]), f"{lv['decode_p10']:.1f}", f"{lv['decode_median']:.1f}",
+                     f"{lv['ttft_p95']:.0f}", f"{lv['ttft_median']:.0f}"] for lv in search["levels"]]
+            assert "by-hand" in browser_page.locator("#provenance").inner_text()
+            assert browser_page.evaluate("document.documentElement.scrollWidth") <= 390
+        finally:
+            chromium.close()
+
+
+def test_report_refuses_json_of_capacity_results(tmp_path):
+    capacity_results_file(tmp_path / "capacity.toml")
+    result = CliRunner().invoke(main, ["report", str(tmp_path / "capacity.toml"), "--format", "json"])
+    assert result.exit_code == COULD_NOT_RUN and "does not cover capacity results" in result.output
+
+
+# --- prompts from a session's turns ---
+
+SESSION = parse_session([{"role": "system", "content": "s"}, {"role": "user", "content": "u1"},
+                         {"role": "assistant", "content": "a1"}, {"role": "user", "content": "u2 " * 40},
+                         {"role": "assistant", "content": "a2"}, {"role": "user", "content": "u3 " * 400}], "test")
+
+
+def test_each_stream_replays_its_own_conversation_turn_by_turn():
+    base = ChatRequest("m", "the plan's prompt", 16, 0.0, 1, prompt_cache=True)
+    prompts = SessionPrompts.of(base, SESSION)
+    level = prompts.level()
+    sent = [(stream, level(stream)) for _ in range(4) for stream in (0, 1)]
+    for stream in (0, 1):
+        mine = [p for s, p in sent if s == stream]
+        assert [p.turn for p in mine] == [1, 2, 3, 1]
+        assert [len(p.request.messages) for p in mine] == [2, 4, 6, 2]
+        assert all(p.request.prompt_cache and p.request.max_tokens == 16 for p in mine)
+        # one conversation: every turn starts with the previous one's messages; the next conversation is new
+        assert mine[2].request.messages[:4] == mine[1].request.messages == mine[1].request.messages[:4]
+        assert mine[0].request.messages[0] == mine[2].request.messages[0] != mine[3].request.messages[0]
+    marks = {p.request.messages[0]["content"] for _, p in sent}
+    assert len(marks) == 4  # two streams, two conversations each
+    assert prompts.level()(0).request.messages[0] not in [p.request.messages[0] for _, p in sent]  # a new level
+    # only the turns that fit the context with max_tokens to generate: estimated from the first turn's count
+    tokens = 20
+    sizes = [len(json.dumps(SESSION.messages[:t.end])) for t in SESSION.turns()]
+    fits_two = round(tokens * sizes[1] / sizes[0]) + 16
+    assert [t.end for t in prompts.fitting(tokens, fits_two).turns] == [2, 4]
+    assert [t.end for t in prompts.fitting(tokens, fits_two - 1).turns] == [2]
+    assert prompts.fitting(None, fits_two).turns == prompts.turns
+
+
+def test_session_settings_from_a_plan_and_a_bad_session_file(tmp_path):
+    (tmp_path / "agent.json").write_text(json.dumps(list(SESSION.messages)))
+    plan = capacity_plan_from_mapping({"capacity": {"session_file": "agent.json"}}, tmp_path)
+    assert plan.settings.session and plan.settings.session_file == tmp_path / "agent.json"
+    assert plan.settings.read_session().messages == SESSION.messages
+    assert plan.settings.to_toml()["session_file"] == str(tmp_path / "agent.json")
+    assert CapacitySettings(session=True).read_session().source == "shipped"
+    assert CapacitySettings().read_session() is None
+    (tmp_path / "not.json").write_text("{messages: [")
+    for name, message in (("missing.json", "cannot be read"), ("not.json", "is not JSON")):
+        result = CliRunner().invoke(main, ["capacity", "--url", f"http://127.0.0.1:{free_port()}", "--min-stream-tps",
+                                           "20", "--max-ttft-s", "2", "--session-file", str(tmp_path / name),
+                                           "--output-dir", str(tmp_path / "out")])
+        assert result.exit_code == COULD_NOT_RUN, result.output
+        assert f"session file {tmp_path / name} {message}" in result.output and "Traceback" not in result.output
+        assert not (tmp_path / "out").exists()

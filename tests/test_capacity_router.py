@@ -10,6 +10,7 @@ that cannot be checked, and the open loop's seeded arrivals each get their own t
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -256,3 +257,62 @@ def test_an_objective_the_server_cannot_show_is_refused_before_measuring(tmp_pat
     assert result.exit_code == COULD_NOT_RUN, result.output
     assert "no usage.completion_tokens" in result.output and "nothing was measured" in result.output
     assert calls == 2 and not list(tmp_path.glob("*.toml"))  # the probe only
+
+
+# --- prompts from a session's turns (--session-file): each stream an agent, its context growing turn by turn ---
+
+# The bed's presets use SmolLM2's own chat template, which renders no tools: the session is an agent's without
+# tool calls (the turns' growing context is what matters here).
+AGENT_SESSION = {"messages": [
+    {"role": "system", "content": "You are a coding agent. Read the code you are shown before you answer."},
+    {"role": "user", "content": "Why does parse_config() crash on an empty file?\n\ndef parse_config(text):\n"
+                                "    first = text.splitlines()[0]\n    return dict(l.split('=', 1) for l in text.splitlines())"},
+    {"role": "assistant", "content": "splitlines() of an empty file is [], so [0] raises IndexError."},
+    {"role": "user", "content": "Good. Now write the fix, please."},
+    {"role": "assistant", "content": "def parse_config(text):\n    lines = text.splitlines()\n    if not lines:\n"
+                                     "        return {}\n    return dict(l.split('=', 1) for l in lines)"},
+    {"role": "user", "content": "And a pytest test for the empty file."},
+]}
+
+
+def test_session_prompts_replay_the_turns_with_the_servers_own_counts(slots_bed):
+    router, folder = slots_bed
+    session_file = folder / "agent-session.json"
+    session_file.write_text(json.dumps(AGENT_SESSION))
+    out = folder / "session"
+    # an objective both levels meet (the turns are what is checked here, not the answer), and a client lag allowance
+    # (1 % of 5 s) that a busy 2-core machine keeps
+    result = CliRunner().invoke(main, ["capacity", "--url", router.url, "--min-stream-tps", "1", "--max-ttft-s", "5",
+                                       *QUICK, "--alias", "p2", "--max-streams", "2", "--max-tokens", "8", "--prompt-cache",
+                                       "--session-file", str(session_file), "--output-dir", str(out)])
+    assert result.exit_code == OK, result.output
+    assert "3 of its 3 turns per conversation" in result.output
+    data = load(out)
+    assert data["meta"]["capacity"]["session_file"] == str(session_file)
+    levels = data["aliases"][0]["searches"][0]["levels"]
+    assert [lv["level"] for lv in levels] == [1, 2]
+    growth: set[tuple[int, int]] = set()
+    for level in levels:
+        by_stream: dict[int, list[dict]] = {}
+        for r in level["requests"]:
+            assert "error" not in r
+            by_stream.setdefault(r["stream"], []).append(r)
+        assert len(by_stream) == level["level"]
+        for requests in by_stream.values():
+            requests.sort(key=lambda r: r["scheduled_s"])
+            # each stream is one agent at a time: turns 1, 2, 3, then a new conversation from turn 1
+            assert [r["turn"] for r in requests] == [i % 3 + 1 for i in range(len(requests))]
+            conversations = [requests[i:i + 3] for i in range(0, len(requests) - 2, 3)]
+            assert conversations, requests
+            for turns in conversations:
+                # the server's own prompt count grows by what each turn adds (the recorded answer and the tool's
+                # result, then the user's next message): the same in every conversation, whatever its mark
+                tokens = [r["prompt_tokens"] for r in turns]
+                growth.add((tokens[1] - tokens[0], tokens[2] - tokens[1]))
+                # with the prompt cache on, a turn reuses the previous turn's context; a new conversation does not
+                assert turns[0]["cache_n"] < tokens[0] // 2
+                for before, after in zip(turns, turns[1:]):
+                    assert after["cache_n"] >= 0.9 * before["prompt_tokens"], (before, after)
+                    assert after["cache_n"] + 1 < after["prompt_tokens"]  # the added messages were processed
+    (added,) = growth
+    assert all(n > 10 for n in added), added

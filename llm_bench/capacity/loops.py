@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime, timezone
 from typing import Any
 
+from llm_bench.capacity.prompts import NextPrompt, Prompt
 from llm_bench.capacity.records import (
     COOLDOWN,
     OVERLOADED,
@@ -33,7 +34,6 @@ from llm_bench.capacity.records import (
 from llm_bench.capacity.settings import CapacitySettings
 from llm_bench.engines.base import Engine
 from llm_bench.engines.errors import ServerUnreachable
-from llm_bench.engines.stream import ChatRequest
 
 # engines stamp their streams with time.perf_counter; schedules use the same clock
 clock = time.perf_counter
@@ -137,19 +137,19 @@ class _Requests:
         self.unreachable: ServerUnreachable | None = None
         self._lock = threading.Lock()
 
-    def send(self, engine: Engine, request: ChatRequest, phase: str, due: float, stream: int | None) -> float:
+    def send(self, engine: Engine, prompt: Prompt, phase: str, due: float, stream: int | None) -> float:
         """One request, recorded whatever happens; returns when it ended."""
         with self._lock:
             self.in_flight += 1
         called = clock()
         try:
-            m = engine.stream(request)
+            m = engine.stream(prompt.request)
             record = request_record(m, level=self.level.level, phase=phase, scheduled=due, origin=self.origin,
-                                    server_decode_rate=self.server_decode_rate, stream=stream)
+                                    server_decode_rate=self.server_decode_rate, stream=stream, turn=prompt.turn)
         except Exception as e:  # noqa: BLE001 - every request keeps its own outcome; the level decides what it means
             record = RequestRecord(level=self.level.level, phase=phase, scheduled_s=due - self.origin,
                                    sent_s=called - self.origin, ended_s=clock() - self.origin, stream=stream,
-                                   error=f"{type(e).__name__}: {e}")
+                                   turn=prompt.turn, error=f"{type(e).__name__}: {e}")
             if isinstance(e, ServerUnreachable):
                 self.unreachable = self.unreachable or e
         with self._lock:
@@ -172,11 +172,11 @@ def _wait(threads: list[threading.Thread]) -> None:
             thread.join(0.1)
 
 
-def closed_level(engine: Engine, request: ChatRequest, streams: int, settings: CapacitySettings, budget: Budget,
+def closed_level(engine: Engine, prompts: NextPrompt, streams: int, settings: CapacitySettings, budget: Budget,
                  watch: Watch | None = None, spread_s: float = 0.0) -> Level:
-    """N streams back to back. Their first requests are spread evenly over ``spread_s`` (one request's
-    duration), so that identical requests do not run in lock-step, arriving and queueing together for
-    ever; the warm-up lasts at least that long."""
+    """N streams back to back, each asking ``prompts`` for its next request. Their first requests are
+    spread evenly over ``spread_s`` (one request's duration), so that identical requests do not run in
+    lock-step, arriving and queueing together for ever; the warm-up lasts at least that long."""
     level = _level("closed", streams)
     origin = clock()
     phases = Phases(origin, settings, budget, warmup_s=max(settings.warmup_s, spread_s))
@@ -192,7 +192,7 @@ def closed_level(engine: Engine, request: ChatRequest, streams: int, settings: C
             if phase is None:
                 return
             try:
-                due = requests.send(engine, request, phase, due, i)
+                due = requests.send(engine, prompts(i), phase, due, i)
             finally:
                 phases.ended(phase)
         phases.stop("server-gone")
@@ -207,10 +207,10 @@ def closed_level(engine: Engine, request: ChatRequest, streams: int, settings: C
     return level
 
 
-def open_level(engine: Engine, request: ChatRequest, rate_per_min: float, settings: CapacitySettings,
+def open_level(engine: Engine, prompts: NextPrompt, rate_per_min: float, settings: CapacitySettings,
                budget: Budget, watch: Watch | None = None) -> Level:
-    """Requests due at Poisson arrivals, R per minute; the same seed gives every level the same sequence
-    of gaps, scaled to its rate."""
+    """Requests due at Poisson arrivals, R per minute, asking ``prompts`` in the order of their arrival;
+    the same seed gives every level the same sequence of gaps, scaled to its rate."""
     level = _level("open", rate_per_min)
     arrivals = random.Random(settings.arrival_seed)
     origin = clock()
@@ -218,9 +218,9 @@ def open_level(engine: Engine, request: ChatRequest, rate_per_min: float, settin
     requests = _Requests(level, origin, engine.capabilities.server_decode_rate)
     threads: list[threading.Thread] = []
 
-    def one(phase: str, due: float) -> None:
+    def one(prompt: Prompt, phase: str, due: float) -> None:
         try:
-            requests.send(engine, request, phase, due, None)
+            requests.send(engine, prompt, phase, due, None)
         finally:
             phases.ended(phase)
 
@@ -238,7 +238,7 @@ def open_level(engine: Engine, request: ChatRequest, rate_per_min: float, settin
             pause = due - clock()
             if pause > 0:
                 time.sleep(pause)
-            thread = threading.Thread(target=one, args=(phase, due), daemon=True)
+            thread = threading.Thread(target=one, args=(prompts(None), phase, due), daemon=True)
             thread.start()
             threads.append(thread)
         _wait(threads)

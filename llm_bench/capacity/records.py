@@ -9,7 +9,7 @@ stricter reading: the max TTFT is at least its p95, the min decode rate at most 
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from llm_bench.capacity.settings import Objective
@@ -33,6 +33,7 @@ class RequestRecord:
     lag_ms: float | None = None
     ended_s: float | None = None
     stream: int | None = None  # closed loop: which of the N streams sent it
+    turn: int | None = None  # prompts from a session: which of its turns (1 = the first request of a conversation)
     ttft_ms: float | None = None
     decode_tps: float | None = None  # the engine's decode rate (decode_source): llama.cpp's own timings
     server_decode_tps: float | None = None  # timings.predicted_per_second
@@ -58,9 +59,19 @@ class RequestRecord:
     def to_toml(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
+    @classmethod
+    def from_toml(cls, data: dict[str, Any]) -> RequestRecord:
+        return cls(**_known(cls, data))
+
+
+def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """The keys a dataclass has (a newer file's extra keys are left out rather than refused)."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
 
 def request_record(m: StreamMeasurement, *, level: float, phase: str, scheduled: float, origin: float,
-                   server_decode_rate: bool, stream: int | None = None) -> RequestRecord:
+                   server_decode_rate: bool, stream: int | None = None, turn: int | None = None) -> RequestRecord:
     """A finished stream as a record; ``origin`` is the level's start on the same clock as ``m``;
     ``server_decode_rate``: the engine's decode rate is the server's own (its capabilities say)."""
     timings = m.timings or {}
@@ -71,7 +82,7 @@ def request_record(m: StreamMeasurement, *, level: float, phase: str, scheduled:
     return RequestRecord(
         level=level, phase=phase, scheduled_s=scheduled - origin, sent_s=sent - origin,
         lag_ms=max(0.0, (sent - scheduled) * 1000.0),
-        ended_s=None if m.done_at is None else m.done_at - origin, stream=stream, ttft_ms=ttft_ms,
+        ended_s=None if m.done_at is None else m.done_at - origin, stream=stream, turn=turn, ttft_ms=ttft_ms,
         decode_tps=server_tps if server_decode_rate else m.client_decode_tps,
         server_decode_tps=server_tps, client_decode_tps=m.client_decode_tps,
         decode_ms=timings.get("predicted_ms"), prompt_ms=prompt_ms,
@@ -109,6 +120,10 @@ class SlotEvidence:
     queued_samples: int = 0
     deferred_max: int | None = None  # the most requests_deferred seen
     waiting_max: int = 0  # the most requests in flight beyond the busy slots while all were busy
+
+    @classmethod
+    def from_toml(cls, data: dict[str, Any]) -> SlotEvidence:
+        return cls(**_known(cls, data))
 
     @property
     def queued(self) -> bool:
@@ -277,6 +292,16 @@ class Level:
         out["requests"] = [r.to_toml() for r in self.requests]
         return out
 
+    @classmethod
+    def from_toml(cls, data: dict[str, Any], objective: Objective) -> Level:
+        """A level read back, judged again from its requests: the file's figures are recomputed, never trusted."""
+        window = (data["window_start_s"], data["window_end_s"]) if "window_start_s" in data else None
+        level = cls(data["loop"], data["level"], data["started_at"],
+                    [RequestRecord.from_toml(r) for r in data.get("requests", [])], data.get("duration_s"), window,
+                    data.get("cut_short"), SlotEvidence.from_toml(data["slots"]) if "slots" in data else None)
+        level.judge(objective)
+        return level
+
 
 @dataclass
 class Search:
@@ -302,6 +327,12 @@ class Search:
                 out[name] = getattr(self, name)
         out["levels"] = [lv.to_toml() for lv in self.levels]
         return out
+
+    @classmethod
+    def from_toml(cls, data: dict[str, Any], objective: Objective) -> Search:
+        return cls(data["loop"], [Level.from_toml(lv, objective) for lv in data.get("levels", [])],
+                   data.get("carried"), data.get("broken_at"), data.get("stopped_by"), data.get("ceiling"),
+                   data.get("ceiling_reason"), data.get("answer", ""))
 
 
 @dataclass
@@ -334,3 +365,10 @@ class AliasCapacity:
         out["errors"] = self.errors
         out["searches"] = [s.to_toml() for s in self.searches]
         return out
+
+    @classmethod
+    def from_toml(cls, data: dict[str, Any], objective: Objective) -> AliasCapacity:
+        return cls(data["alias"], data.get("engine", ""), data.get("decode_source", ""), data.get("slots"),
+                   list(data.get("preset_args", [])), data.get("server_build"),
+                   [RequestRecord.from_toml(p) for p in data.get("probes", [])],
+                   [Search.from_toml(s, objective) for s in data.get("searches", [])], list(data.get("errors", [])))

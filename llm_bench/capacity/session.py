@@ -13,6 +13,7 @@ from typing import Any
 
 from llm_bench.capacity.answer import amount, answer_sentence
 from llm_bench.capacity.loops import Budget, LevelAborted, LevelInterrupted, clock, closed_level, open_level
+from llm_bench.capacity.prompts import PlanPrompt, Prompts, SessionPrompts
 from llm_bench.capacity.records import PROBE, AliasCapacity, Level, RequestRecord, Search, request_record
 from llm_bench.capacity.search import bracket, next_rate, next_streams
 from llm_bench.capacity.settings import CapacityPlan, CapacitySettings, Objective
@@ -25,6 +26,7 @@ from llm_bench.plan import Protocol
 from llm_bench.results import reserve_path, results_stem, write_toml
 from llm_bench.runner import run_meta
 from llm_bench.workloads.common import chat_request
+from llm_bench.workloads.session import Session
 
 FORMAT = "llm-bench-capacity/1"
 Log = Callable[[str], None]
@@ -123,9 +125,9 @@ def _v(tail, scale: float = 1.0, digits: int = 1) -> str:
 
 
 class _Searcher:
-    def __init__(self, engine: Engine, request: ChatRequest, settings: CapacitySettings, objective: Objective,
+    def __init__(self, engine: Engine, prompts: Prompts, settings: CapacitySettings, objective: Objective,
                  budget: Budget, save: Callable[[], None], log: Log):
-        self.engine, self.request, self.settings, self.objective = engine, request, settings, objective
+        self.engine, self.prompts, self.settings, self.objective = engine, prompts, settings, objective
         self.budget, self.save, self.log = budget, save, log
 
     def search(self, alias: AliasCapacity, search: Search, watch: SlotWatch | None, start_rate: float,
@@ -187,9 +189,9 @@ class _Searcher:
     def _measurer(self, loop: str, watch: SlotWatch | None, spread_s: float) -> Callable[[float], Level]:
         sampler = None if watch is None else watch.watching
         if loop == "closed":
-            return lambda n: closed_level(self.engine, self.request, int(n), self.settings, self.budget, sampler,
-                                          spread_s)
-        return lambda rate: open_level(self.engine, self.request, rate, self.settings, self.budget, sampler)
+            return lambda n: closed_level(self.engine, self.prompts.level(), int(n), self.settings, self.budget,
+                                          sampler, spread_s)
+        return lambda rate: open_level(self.engine, self.prompts.level(), rate, self.settings, self.budget, sampler)
 
     def _conclude(self, alias: AliasCapacity, search: Search, outcomes: dict[float, bool]) -> None:
         b = bracket(outcomes)
@@ -205,6 +207,7 @@ def run_capacity(cplan: CapacityPlan, log: Log, nvml: Nvml | None = None) -> Cap
     went away: what was measured is saved), KeyboardInterrupt (saved too)."""
     plan, settings = cplan.plan, cplan.settings
     objective = settings.objective()
+    session = settings.read_session()  # a bad session file stops here, before the server is asked anything
     protocol: Protocol = plan.protocol.with_prompt()
     started_at = datetime.now(timezone.utc)
     engine = open_engine(plan.engine, plan.url, timeout=protocol.request_timeout_s, api_key=plan.api_key.read(),
@@ -221,7 +224,7 @@ def run_capacity(cplan: CapacityPlan, log: Log, nvml: Nvml | None = None) -> Cap
             budget = Budget(settings.max_requests, settings.max_duration_s)
             for n, alias in enumerate(aliases, 1):
                 log(f"Capacity {n}/{len(aliases)}: {alias}")
-                _one_alias(engine, alias, protocol, settings, objective, budget, run, results, log)
+                _one_alias(engine, alias, protocol, session, settings, objective, budget, run, results, log)
             run.meta["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
             run.meta["complete"] = True
             if run.path is not None:
@@ -231,12 +234,13 @@ def run_capacity(cplan: CapacityPlan, log: Log, nvml: Nvml | None = None) -> Cap
     return run
 
 
-def _one_alias(engine: Engine, alias: str, protocol: Protocol, settings: CapacitySettings, objective: Objective,
-               budget: Budget, run: CapacityRun, results: _File, log: Log) -> None:
+def _one_alias(engine: Engine, alias: str, protocol: Protocol, session: Session | None, settings: CapacitySettings,
+               objective: Objective, budget: Budget, run: CapacityRun, results: _File, log: Log) -> None:
     request = chat_request(alias, protocol, protocol.prompt)
+    prompts: Prompts = PlanPrompt(request) if session is None else SessionPrompts.of(request, session)
     record = AliasCapacity(alias, engine.kind, engine.capabilities.decode_source)
     try:
-        probes = probe(engine, request)
+        probes = probe(engine, prompts.probe)
     except ServerUnreachable as e:
         if run.path is None:
             raise
@@ -272,7 +276,10 @@ def _one_alias(engine: Engine, alias: str, protocol: Protocol, settings: Capacit
         alone = probes[-1]
         log(f"  probe: decode {alone.decode_tps:.1f} t/s, TTFT {alone.ttft_ms:.0f} ms"
             + (f", {record.slots} slot(s)" if record.slots else ""))
-        searcher = _Searcher(engine, request, settings, objective, budget, results.save, log)
+        if isinstance(prompts, SessionPrompts):
+            prompts = prompts.fitting(alone.prompt_tokens, _context(engine, alias))
+            log(f"  prompts: {prompts.describe()}")
+        searcher = _Searcher(engine, prompts, settings, objective, budget, results.save, log)
         duration = (alone.ended_s or 0.0) - alone.scheduled_s
         start_rate = settings.start_rate_per_min or float(f"{30.0 / max(duration, 1e-3):.3g}")
         for loop in settings.loops:
@@ -300,6 +307,13 @@ def _one_alias(engine: Engine, alias: str, protocol: Protocol, settings: Capacit
             engine.release(alias)
         except ServerError as e:
             log(f"  unload failed: {e}")
+
+
+def _context(engine: Engine, alias: str) -> int | None:
+    try:
+        return engine.context_length(alias)
+    except ServerError:
+        return None
 
 
 def _ceiling(max_streams: int, slots: int | None) -> tuple[int, str]:

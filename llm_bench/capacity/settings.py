@@ -12,6 +12,7 @@ from typing import Any
 
 from llm_bench.plan import PLAN_KEYS, Plan, plan_from_mapping
 from llm_bench.validation import PlanError, check_fields, check_keys
+from llm_bench.workloads.session import Session, SessionSettings, load_session
 
 LOOPS = ("closed", "open")
 # A level whose client lag (p99 of sent - scheduled) is above this share of the TTFT objective measured the
@@ -66,9 +67,17 @@ class CapacitySettings:
     max_duration_s: float = field(default=3600.0, metadata={"above": 0.0})
     # How often the server's slots are sampled during a level (llama.cpp's /slots and /metrics).
     slot_poll_s: float = field(default=0.5, metadata={"above": 0.0})
+    # Prompts from the session workload's turns (each stream an agent replaying them) instead of the plan's
+    # prompt: the shipped coding-agent session, or session_file (which implies session).
+    session: bool = False
+    session_file: Path | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.session_file, str):  # from a plan file
+            object.__setattr__(self, "session_file", Path(self.session_file))
         check_fields(self)
+        if self.session_file is not None:
+            object.__setattr__(self, "session", True)
         unknown = [loop for loop in self.loops if loop not in LOOPS]
         if unknown or not self.loops:
             raise PlanError(f"loops must be one or more of {', '.join(LOOPS)}, not {list(self.loops)!r}")
@@ -84,7 +93,13 @@ class CapacitySettings:
 
     def to_toml(self) -> dict[str, Any]:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items() if v is not None}
+        return {k: list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v
+                for k, v in values.items() if v is not None}
+
+    def read_session(self) -> Session | None:
+        """The session whose turns the requests replay (the session workload's loader and checks); None: the
+        plan's prompt. Raises SessionFileError (a PlanError) for a file that cannot be read or is not one."""
+        return load_session(SessionSettings(session_file=self.session_file)) if self.session else None
 
 
 CAPACITY_KEYS = {f.name for f in fields(CapacitySettings)}
@@ -112,4 +127,6 @@ def capacity_plan_from_mapping(data: dict[str, Any], relative_to: Path | None = 
     if not isinstance(capacity, dict):
         raise PlanError(f"plan: capacity must be a table ([capacity]), not {capacity!r}")
     plan = plan_from_mapping(data, relative_to=relative_to, allowed=PLAN_KEYS)
+    if isinstance(capacity.get("session_file"), str) and relative_to is not None:
+        capacity = dict(capacity, session_file=relative_to / capacity["session_file"])
     return CapacityPlan(plan, settings_from_mapping(capacity))

@@ -64,6 +64,12 @@ def _default(name: str) -> str:
 @click.option("--seed", type=int, help=f"Sampling seed (default {default_of('seed')}).")
 @click.option("--prompt", "prompt_name", help=f"Shipped prompt: code, prose or json (default {default_of('prompt_name')}).")
 @click.option("--prompt-file", type=click.Path(dir_okay=False, path_type=Path), help="Use this file's text as the prompt.")
+@click.option("--session/--no-session", "session", default=None,
+              help="Each stream an agent replaying the session workload's turns (the shipped coding-agent session), "
+                   "its context growing turn by turn, instead of --prompt (default: no).")
+@click.option("--session-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Replay this session instead (a JSON file of OpenAI chat messages, as the session workload's "
+                   "--session-file); implies --session.")
 @click.option("--prompt-cache/--no-prompt-cache", "prompt_cache", default=None,
               help=f"Let the server reuse a cached prompt prefix (default {default_of('prompt_cache')}).")
 @click.option("--timeout", "request_timeout_s", type=float,

@@ -6,6 +6,14 @@ from pathlib import Path
 
 import click
 
+from llm_bench.capacity.chart import draw_capacity_chart
+from llm_bench.capacity.report import (
+    CapacityResults,
+    capacity_html,
+    capacity_provenance,
+    is_capacity_file,
+    load_capacity,
+)
 from llm_bench.cli.exits import CouldNotRun
 from llm_bench.cli.options import log, parse_fraction
 from llm_bench.gpu.telemetry import draw_telemetry_chart
@@ -41,21 +49,33 @@ from llm_bench.workloads import REGISTRY
 def report(results, baseline, output_format, table_key, chart_path, html_path, min_effect, title) -> None:
     """Merge results files and print the comparison table (Markdown, JSON or CSV).
 
-    Files written by `llm-bench power` may be given too: they become the power-limit section."""
+    Files written by `llm-bench power` may be given too: they become the power-limit section; files written
+    by `llm-bench capacity` print their answers and levels, and draw their curve (--chart, --html)."""
     effect = None if min_effect is None else parse_fraction(min_effect, "--min-effect", zero_ok=True)
     try:
-        sets, power = load_inputs(list(results))
+        capacity = [load_capacity(p) for p in results if is_capacity_file(p)]
+        others = [p for p in results if p not in {c.path for c in capacity}]
+        if capacity and output_format != "markdown":
+            raise CouldNotRun(f"--format {output_format} does not cover capacity results: their every figure is "
+                              "in the TOML file itself; use the Markdown output, --chart or --html")
+        sets, power = load_inputs(others)
         rows = rows_of(sets)
         base = find_baseline(rows, baseline)
-        if output_format == "json":
+        if capacity and not others:
+            click.echo("\n".join(c.markdown() for c in capacity), nl=False)
+        elif output_format == "json":
             click.echo(to_json(rows, base, effect, power), nl=False)
         elif output_format == "csv":
             click.echo(to_csv(rows, base, effect, table_key), nl=False)
         else:
             power_section = power_table(power)
             click.echo("\n".join(t for t in (markdown_table(rows, base, effect),
-                                              markdown(power_section) if power_section else "") if t), nl=False)
-        if chart_path:
+                                              markdown(power_section) if power_section else "",
+                                              *(c.markdown() for c in capacity)) if t), nl=False)
+        if chart_path and capacity:
+            _capacity_charts(capacity, chart_path if not others else chart_path.with_name(
+                f"{chart_path.stem}-capacity{chart_path.suffix}"))
+        if chart_path and others:
             charts = [w.chart for w in REGISTRY if w.chart is not None and w.chart.wanted(rows)]
             if speed_rows(rows) or not charts:  # results of the depth workload alone have only its chart
                 draw_chart(rows, chart_path, base, title, min_effect=effect)
@@ -63,10 +83,19 @@ def report(results, baseline, output_format, table_key, chart_path, html_path, m
             for chart in charts:
                 log(f"Chart written to {chart.draw(rows, chart.path_beside(chart_path))}")
         if html_path:
-            write_html(html_path, sets, baseline, title=title, min_effect=effect, rows=rows, power=power)
+            write_html(html_path, sets, baseline, title=title, min_effect=effect, rows=rows, power=power,
+                       sections=[capacity_html(capacity)] if capacity else [],
+                       provenance=capacity_provenance(capacity))
             log(f"HTML report written to {html_path}")
     except (ResultsFileError, ChartError, ValueError) as e:
         raise CouldNotRun(str(e)) from e
+
+
+def _capacity_charts(capacity: list[CapacityResults], path: Path) -> None:
+    """Each capacity file's curve: to ``path`` for one file, else ``path`` with the file's number."""
+    for n, result in enumerate(capacity, 1):
+        target = path if len(capacity) == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
+        log(f"Chart written to {draw_capacity_chart(result.aliases, result.objective, target)}")
 
 
 @click.command()

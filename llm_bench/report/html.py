@@ -236,8 +236,11 @@ def _provenance_html(sets: Sequence[ResultSet], rows: Sequence[Row]) -> str:
 
 def render_html(sets: Sequence[ResultSet], baseline: str | None = None, *, title: str | None = None,
                 failures: dict[str, str] | None = None, min_effect: float | None = None,
-                rows: Sequence[Row] | None = None, power: Sequence[PowerSweep] = ()) -> str:
-    """The whole page for these results: summary, chart, main table, the sections that exist, provenance."""
+                rows: Sequence[Row] | None = None, power: Sequence[PowerSweep] = (),
+                sections: Sequence[str] = (), provenance: Sequence[dict[str, Any]] = ()) -> str:
+    """The whole page for these results: summary, chart, main table, the sections that exist, provenance.
+    ``sections``: HTML sections of results the rows do not hold (a capacity run's), before the provenance,
+    whose files' ``meta`` go in ``provenance``."""
     rows = list(rows) if rows is not None else rows_of(sets)
     base = find_baseline(rows, baseline) if isinstance(baseline, str) else None
     title = title or "llm-bench report"
@@ -261,8 +264,9 @@ def render_html(sets: Sequence[ResultSet], baseline: str | None = None, *, title
     extra = [table_html(t, t.key) for t in section_tables(rows, power, base)] + workload_charts_html(rows)
     if extra:
         body.append('<section id="sections"><h2>Other measurements</h2>' + "\n".join(extra) + "</section>")
-    body.append(_provenance_html([*sets, *(ResultSet(dict(p.meta, label=f"power sweep {p.path.name}")) for p in power)],
-                                 rows))
+    body.extend(sections)
+    body.append(_provenance_html([*sets, *(ResultSet(dict(p.meta, label=f"power sweep {p.path.name}")) for p in power),
+                                  *(ResultSet(meta) for meta in provenance)], rows))
     labels = sorted({r.label for r in rows if r.label})
     subtitle = (f"{len(speed_rows(rows))} configuration(s)" + (f" from {', '.join(labels)}" if labels else "")
                 + (f"; baseline {base.configuration}" if base else ""))

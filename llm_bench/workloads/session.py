@@ -174,11 +174,11 @@ def load_session(settings: SessionSettings) -> Session:
     return parse_session(data, str(path))
 
 
-def _chars(messages: tuple[dict[str, Any], ...]) -> int:
+def chars(messages: tuple[dict[str, Any], ...]) -> int:
     return len(json.dumps(messages))
 
 
-def _marked(messages: tuple[dict[str, Any], ...], mark: str) -> tuple[dict[str, Any], ...]:
+def marked(messages: tuple[dict[str, Any], ...], mark: str) -> tuple[dict[str, Any], ...]:
     """The conversation with a mark no earlier request had at its very start, so each replay begins
     with a cold prompt whatever the server cached before."""
     first = dict(messages[0])
@@ -190,11 +190,11 @@ def _marked(messages: tuple[dict[str, Any], ...], mark: str) -> tuple[dict[str, 
     return (first, *messages[1:])
 
 
-def _estimate(played: list[SessionTurn], chars: list[int]) -> int | None:
-    """The next turn's context in tokens, from the turns played so far (``chars``: each turn's characters,
-    the next one's last): the last two turns' tokens per added character, or with one turn played its
-    whole ratio (which counts the template and tools too, so it overestimates: the safe side)."""
-    tokens = [t.prompt_tokens for t in played]
+def estimate_tokens(tokens: list[int | None], chars: list[int]) -> int | None:
+    """The next turn's context in tokens, from the server's counts of the turns played so far (``chars``:
+    each turn's characters, the next one's last): the last two turns' tokens per added character, or with
+    one turn played its whole ratio (which counts the template and tools too, so it overestimates: the safe
+    side)."""
     if not tokens or tokens[-1] is None:
         return None
     if len(tokens) >= 2 and tokens[-2] is not None and chars[-2] > chars[-3] and tokens[-1] > tokens[-2]:
@@ -229,15 +229,15 @@ def _flag(turns: list[SessionTurn]) -> None:
 def replay(engine: Engine, request: ChatRequest, session: Session, turns: list[Turn], limit: int | None,
            record: AliasRecord, mode: str, log: Log, played: list[SessionTurn]) -> tuple[float, str | None]:
     """The turns in order, as one agent sends them; stops before a turn whose context would not fit ``limit``
-    (estimated from the turns before it, see _estimate), or at a turn the server fails (its error goes
+    (estimated from the turns before it, see estimate_tokens), or at a turn the server fails (its error goes
     into the record). The turns go into ``played`` as they are measured (so a failure keeps them); returns
     the wall time and why the replay stopped early, if it did."""
-    messages = _marked(session.messages, f"[llm-bench session {uuid.uuid4().hex[:12]}]")
+    messages = marked(session.messages, f"[llm-bench session {uuid.uuid4().hex[:12]}]")
     stopped = None
     started = time.perf_counter()
     for number, turn in enumerate(turns, 1):
         context = messages[:turn.end]
-        estimate = _estimate(played, [_chars(messages[:t.end]) for t in turns[:number]])
+        estimate = estimate_tokens([t.prompt_tokens for t in played], [chars(messages[:t.end]) for t in turns[:number]])
         if limit is not None and estimate is not None and estimate + request.max_tokens > limit:
             stopped = (f"turn {number} of {len(turns)} would need about {estimate} tokens of context and "
                        f"{request.max_tokens} to generate; the limit is {limit}")
