@@ -20,7 +20,7 @@ A tune plan file is TOML (``llm-bench tune --plan tune.toml``); flags given on t
     [budget]
     max_rounds = 3
     [quality]
-    min_agreement = 0.75
+    accept = "near-lossless"
     [protocol]                          # the full runs of the rounds (llm-bench run's settings)
     runs = 3
 """
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from llm_bench.plan import DEFAULT_URL, PlanError, Protocol, load_plan_file, protocol_from_mapping
 from llm_bench.tune.grid import Axis, Candidate, GridError, Value, expand, parse_axis
@@ -50,9 +50,11 @@ class Budget:
 
 @dataclass(frozen=True)
 class QualityGate:
-    """A candidate below either threshold cannot win (the control defines "the same answers")."""
+    """A candidate whose quality verdict against the control (README: "Quality verdicts") is worse than
+    ``accept``, or that falls below an optional threshold, cannot win."""
 
-    min_agreement: float = field(default=0.75, metadata={"min": 0.0, "max": 1.0})  # share of identical outputs
+    accept: Literal["lossless", "near-lossless", "lossy"] = "near-lossless"  # lossy: the verdict does not gate
+    min_agreement: float | None = field(default=None, metadata={"min": 0.0, "max": 1.0})  # share of identical outputs
     max_recall_drop: float = field(default=0.0, metadata={"min": 0.0, "max": 1.0})  # recall below the control's
 
     def __post_init__(self) -> None:
