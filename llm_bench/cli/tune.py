@@ -21,7 +21,7 @@ from llm_bench.cli.options import (
 from llm_bench.engines.errors import ServerError
 from llm_bench.plan import ApiKeySource, PlanError
 from llm_bench.runner import RunAborted
-from llm_bench.tune.plan import Budget, QualityGate, TunePlan, load_tune_plan, with_flags
+from llm_bench.tune.plan import OFF_MIN_AGREEMENT, Budget, QualityGate, TunePlan, load_tune_plan, with_flags
 from llm_bench.tune.serve import ServeError
 from llm_bench.tune.session import run_tune
 
@@ -58,11 +58,12 @@ def _interrupt(_signum, _frame) -> None:
 @click.option("--max-rounds", type=int, help=f"Rounds of full runs at most (default {Budget.max_rounds}).")
 @click.option("--max-requests", type=int, help=f"Measured requests at most (default {Budget.max_requests}).")
 @click.option("--max-time", "max_time_s", type=float, help=f"Seconds at most (default {Budget.max_time_s:g}).")
-@click.option("--accept", type=click.Choice(["lossless", "near-lossless", "lossy"]),
-              help=f"The worst quality verdict against the control a winner may have; lossy: the verdict does "
-                   f"not gate (default {QualityGate.accept}).")
+@click.option("--accept", type=click.Choice(["lossless", "near-lossless", "any", "off"]),
+              help=f"The worst quality verdict against the control a winner may have (default {QualityGate.accept}); "
+                   "any: measured, not gating; off: not measured, --min-agreement gates instead.")
 @click.option("--min-agreement", type=float,
-              help="Share of greedy outputs identical to the control's a winner needs as well (default: none).")
+              help=f"Share of greedy outputs identical to the control's a winner needs (default: "
+                   f"{OFF_MIN_AGREEMENT:g} with --accept off, else none).")
 @click.option("--max-recall-drop", type=float,
               help=f"How far recall may fall below the control's (default {QualityGate.max_recall_drop:g}).")
 @click.option("--fresh", is_flag=True, help="Start over instead of resuming from the output folder.")

@@ -48,17 +48,33 @@ class Budget:
         check_fields(self)
 
 
+# The agreement threshold of a gate that does not judge by the quality verdict (accept = "off").
+OFF_MIN_AGREEMENT = 0.75
+
+
 @dataclass(frozen=True)
 class QualityGate:
-    """A candidate whose quality verdict against the control (README: "Quality verdicts") is worse than
-    ``accept``, or that falls below an optional threshold, cannot win."""
+    """Who cannot win on quality against the control (README: "Finding the best preset", Quality).
 
-    accept: Literal["lossless", "near-lossless", "lossy"] = "near-lossless"  # lossy: the verdict does not gate
+    ``accept``: the worst quality verdict (README: "Quality verdicts") a winner may have; a candidate
+    whose verdict could not be scored cannot win either. "any": the verdict is measured and shown but
+    does not gate; "off": it is not measured, and the share of greedy outputs identical to the control's
+    gates instead (``min_agreement``, then 0.75 unless given). A ``min_agreement`` given applies with any
+    ``accept``."""
+
+    accept: Literal["lossless", "near-lossless", "any", "off"] = "near-lossless"
     min_agreement: float | None = field(default=None, metadata={"min": 0.0, "max": 1.0})  # share of identical outputs
     max_recall_drop: float = field(default=0.0, metadata={"min": 0.0, "max": 1.0})  # recall below the control's
 
     def __post_init__(self) -> None:
         check_fields(self)
+
+    @property
+    def agreement_needed(self) -> float | None:
+        """The share of identical greedy outputs a winner needs (None: the verdict judges instead)."""
+        if self.min_agreement is not None:
+            return self.min_agreement
+        return OFF_MIN_AGREEMENT if self.accept == "off" else None
 
 
 @dataclass(frozen=True)

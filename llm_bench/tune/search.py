@@ -112,13 +112,15 @@ def score(candidate: AliasRecord, control: AliasRecord) -> QualityScore:
 def gate_reasons(q: QualityScore, gate: QualityGate) -> list[str]:
     """Why the quality gate refuses a candidate with this score against the control (none: it passes)."""
     reasons = []
-    if q.verdict is None:
-        problem = q.distributions.problem if q.distributions is not None else None
-        reasons.append(f"quality not scored: {problem or 'no token distributions were measured'}")
-    elif VERDICTS.index(q.verdict) > VERDICTS.index(gate.accept):
-        reasons.append(f"{verdict_text(q.verdict, q.distributions, q.answers)} (the gate accepts {gate.accept})")
-    if gate.min_agreement is not None and q.identical_share < gate.min_agreement:
-        reasons.append(f"agreement {q.identical_share:.0%} < {gate.min_agreement:.0%} ({q.agreement.describe()})")
+    if gate.accept in VERDICTS:
+        if q.verdict is None:
+            problem = q.distributions.problem if q.distributions is not None else None
+            reasons.append(f"quality not scored: {problem or 'no token distributions were measured'}")
+        elif VERDICTS.index(q.verdict) > VERDICTS.index(gate.accept):
+            reasons.append(f"{verdict_text(q.verdict, q.distributions, q.answers)} (the gate accepts {gate.accept})")
+    needed = gate.agreement_needed
+    if needed is not None and q.identical_share < needed:
+        reasons.append(f"agreement {q.identical_share:.0%} < {needed:.0%} ({q.agreement.describe()})")
     if q.recall is not None and q.control_recall is not None and q.recall < q.control_recall - gate.max_recall_drop:
         reasons.append(f"recall {q.recall:.0%} below the control's {q.control_recall:.0%}")
     return reasons
@@ -333,7 +335,9 @@ class Tuner:
         if not workloads:
             return
         protocol = replace(self.plan.protocol, runs=max(runs, 1), workloads=workloads)
-        if self.control.quality_record is not None:  # the control's reference text, for every candidate
+        if self.plan.quality.accept == "off":  # no verdict: neither token distributions nor exact-answer items
+            protocol = protocol.with_settings(QUALITY, {"top_k": 0, "exact_items_per_kind": 0})
+        elif self.control.quality_record is not None:  # the control's reference text, for every candidate
             protocol = protocol.carried([self.control.quality_record])
         records = self._measure(entry, protocol, TUNE)
         for record in records:

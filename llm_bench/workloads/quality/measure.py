@@ -57,7 +57,8 @@ class QualitySettings:
     # Token distributions: the top_k next-token log-probabilities at every position of the reference text
     # (vLLM lists at most its --max-logprobs, 20 by default). The text: the first configuration's greedy
     # answers of up to text_tokens each to the shipped [[divergence]] prompts, or the user's own file.
-    top_k: int = field(default=20, metadata={"min": 1})
+    # 0: none measured (then no verdict).
+    top_k: int = field(default=20, metadata={"min": 0})
     text_tokens: int = field(default=512, metadata={"min": 1})
     text_file: Path | None = None
     # The exact-answer items: this many of each of the 4 families at each difficulty (0: none).
@@ -187,7 +188,8 @@ def quality(engine: Engine, alias: str, protocol: RunParameters, base: AliasReco
         record.recall = recall_probes(engine, alias, settings, seed, qset.recall, record, steps,
                                       protocol.thinking)
     log("  " + describe_quality(record))
-    log("  " + measure_distributions(engine, alias, settings, seed, record))
+    if settings.top_k:
+        log("  " + measure_distributions(engine, alias, settings, seed, record))
     if settings.exact_items_per_kind:
         log("  " + measure_exact_items(engine, alias, settings, seed, record))
     return [record]
