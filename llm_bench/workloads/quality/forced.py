@@ -63,8 +63,8 @@ def make_reference(engine: Engine, source: LogprobSource, alias: str, settings: 
         return (ReferenceText(Path(settings.text_file).name, text, "", tuple(source.tokenize(alias, text)), alias),)
     made = []
     for segment, prompt in divergence_prompts():
+        templated = source.template(alias, prompt)  # first: a server without the route fails before it generates
         answer = engine.complete(CompletionRequest.of(alias, prompt, settings.text_tokens, seed)).text
-        templated = source.template(alias, prompt)
         made.append(ReferenceText(segment, templated + answer, templated,
                                   tuple(source.tokenize(alias, templated + answer)), alias))
     return tuple(made)
