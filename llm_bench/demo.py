@@ -119,7 +119,9 @@ def write_smollm2_bed(folder: Path, model: Path, presets: tuple[str, ...] | None
 # The depth and session workloads run on their own two presets (AGENT_PRESETS), with depths and a session
 # that fit n_ctx 4096.
 DEMO_PROTOCOL = Protocol(max_tokens=128, runs=3, workloads=(STANDARD.name, QUALITY.name)).with_settings(
-    QUALITY, {"max_tokens": 64, "recall_lengths": (1536, 2560), "recall_depths": (0.1, 0.5)}).with_settings(
+    QUALITY, {"max_tokens": 64, "recall_lengths": (1536, 2560), "recall_depths": (0.1, 0.5),
+              # token distributions over about 380 positions and 24 exact-answer items: about 15 s a preset
+              "text_tokens": 64, "exact_items_per_kind": 2}).with_settings(
     DEPTH, {"depths": (0, 1024, 3072)}).with_settings(SESSION, {"max_tokens": 32})
 AGENT_PRESETS = ("smol-agent", "smol-agent-ngram")
 AGENT_WORKLOADS = (DEPTH.name, SESSION.name)

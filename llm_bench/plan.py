@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import tomllib
 import typing
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, TypeVar
@@ -18,6 +18,7 @@ from typing import Any, Literal, TypeVar
 from llm_bench.diagnostics.settings import Checks
 from llm_bench.engines import DEFAULT_ENGINE, ENGINES
 from llm_bench.prompts import shipped_prompt
+from llm_bench.results import AliasRecord
 from llm_bench.validation import PlanError, check_fields, check_keys, check_url
 from llm_bench.workloads import LEGACY_NAMES, NAMES, REGISTRY, workload
 from llm_bench.workloads.base import Workload
@@ -109,6 +110,11 @@ class Protocol:
         """This protocol with some of a workload's settings changed (``spelled``: how the user named them)."""
         return replace(self, settings={**self.settings, w.name: w.configure(self.settings[w.name], changes, spelled)})
 
+    def carried(self, records: Sequence[AliasRecord]) -> Protocol:
+        """This protocol for the configurations measured after ``records`` (``Workload.carry``)."""
+        changed = {w.name: w.carry(self.settings[w.name], records) for w in map(workload, self.workloads) if w.carry}
+        return replace(self, settings={**self.settings, **changed}) if changed else self
+
     def with_prompt(self) -> Protocol:
         return self if self.prompt else replace(self, prompt=shipped_prompt(self.prompt_name))
 
@@ -116,8 +122,14 @@ class Protocol:
         """The general settings, then a table of its own settings for each workload the protocol runs."""
         values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "settings"}
         values["prompt_chars"] = len(values.pop("prompt"))
-        values.update({name: asdict(self.settings[name]) for name in self.workloads if fields(self.settings[name])})
+        values.update({name: own_settings(self.settings[name]) for name in self.workloads if own_settings(self.settings[name])})
         return _toml(values)
+
+
+def own_settings(settings: Any) -> dict[str, Any]:
+    """A workload's settings as a plan gives them: without what the runner carries from one
+    configuration to the next (``metadata={"carried": True}``)."""
+    return {f.name: getattr(settings, f.name) for f in fields(settings) if not f.metadata.get("carried")}
 
 
 def _toml(values: dict[str, Any]) -> dict[str, Any]:
@@ -207,7 +219,7 @@ def protocol_from_mapping(data: Mapping[str, Any], base: Protocol = Protocol(), 
     for name, table in tables.items():
         w = workload(name)
         inner = f"{where[:-1]}.{name}]" if where.endswith("]") else f"{where} [{name}]"
-        check_keys(inner, table, {f.name for f in fields(w.settings)})
+        check_keys(inner, table, {f.name for f in fields(w.settings) if not f.metadata.get("carried")})
         try:
             protocol = protocol.with_settings(w, _paths_relative(w, table, relative_to))
         except PlanError as e:

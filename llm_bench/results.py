@@ -95,7 +95,32 @@ class QuestionResult:
     correct: bool
 
 
-QUALITY_LISTS = {"quality_outputs": QualityOutput, "recall": RecallProbe, "questions": QuestionResult}
+@dataclass
+class ForcedText:
+    """One segment of the reference text teacher-forced through a configuration: its token ids as this
+    configuration tokenises it, and from position ``first`` on, the top-k next tokens the server listed
+    (``top_ids[j]``, ``top_logprobs[j]``: after the first ``first + j`` ids)."""
+
+    segment: str
+    text: str
+    prompt: str  # the leading part of text that is not scored (a chat-templated question; empty for a file)
+    first: int
+    token_ids: list[int]
+    top_ids: list[list[int]]
+    top_logprobs: list[list[float]]
+
+
+@dataclass
+class ExactAnswer:
+    """One generated exact-answer item (``llm_bench.quality.exact_items``)."""
+
+    item_id: str
+    answer: str
+    correct: bool
+
+
+QUALITY_LISTS = {"quality_outputs": QualityOutput, "recall": RecallProbe, "questions": QuestionResult,
+                 "forced": ForcedText, "exact_answers": ExactAnswer}
 
 
 @dataclass
@@ -222,6 +247,14 @@ class AliasRecord:
     quality_outputs: list[QualityOutput] = field(default_factory=list)
     recall: list[RecallProbe] = field(default_factory=list)
     questions: list[QuestionResult] = field(default_factory=list)
+    # Token distributions over the reference text (top_k per position) and the exact-answer items; a
+    # comparison that cannot be made (no log-probabilities, a text beyond the context, another
+    # tokeniser) is named in forced_error, never scored.
+    top_k: int | None = None
+    forced: list[ForcedText] = field(default_factory=list)
+    forced_error: str | None = None
+    forced_seconds: float | None = None
+    exact_answers: list[ExactAnswer] = field(default_factory=list)
     # Adaptive run count (protocol.precision): the target, the relative half-width of the median's 95 %
     # interval reached, and why measuring stopped ("precision" or "max_runs"); absent with fixed runs.
     precision_target: float | None = None

@@ -231,6 +231,7 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
                         raise RunAborted(f"{e}; results so far are in {writer.path}") from e.cause
                     done, measured = measured, []  # in the set before the file, so a Ctrl-C here writes them once
                     writer.extend(done)
+                    protocol = protocol.carried(done)
                     durations.append(time.perf_counter() - t0)
                     log(f"  done in {durations[-1]:.1f} s")
             except KeyboardInterrupt as e:  # the alias it was on keeps its finished runs, marked interrupted

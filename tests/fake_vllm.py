@@ -134,6 +134,9 @@ class FakeVllm:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path != "/v1/chat/completions":  # it serves only the chat route (vLLM serves more)
+                    self._json(404, {"error": {"message": "Not Found"}})
+                    return
                 with fake.lock:
                     drop = fake.state.dropped < fake.config.drop_requests
                     fake.state.dropped += drop

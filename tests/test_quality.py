@@ -19,7 +19,7 @@ from llm_bench.results import (
     ResultsWriter,
     load_results,
 )
-from llm_bench.workloads.quality import code_found, load_quality_set, quality, recall_prompt, trim_answer
+from llm_bench.workloads.quality import QUALITY, code_found, load_quality_set, quality, recall_prompt, trim_answer
 from llm_bench.workloads.quality.score import agreement, control_for, quality_rows
 from tests.fake_vllm import FakeVllm, FakeVllmConfig
 
@@ -153,7 +153,8 @@ def test_parse_completion_reads_llama_server_ids_and_rejects_a_partial_list():
 
 
 def test_the_openai_engine_gets_token_ids_from_vllms_format_and_a_unique_salt():
-    protocol = Protocol(workloads=("quality",), recall_lengths=(1024, 65536), recall_depths=(0.5,))
+    protocol = Protocol(workloads=("quality",), recall_lengths=(1024, 65536), recall_depths=(0.5,)).with_settings(
+        QUALITY, {"exact_items_per_kind": 0})
     with FakeVllm(FakeVllmConfig(reply="The secret code is 2533.", max_model_len=32768)) as fake:
         engine = OpenAIEngine(fake.url, timeout=30)
         c = engine.complete(CompletionRequest.of(fake.config.model, "hi", 8))
@@ -169,6 +170,8 @@ def test_the_openai_engine_gets_token_ids_from_vllms_format_and_a_unique_salt():
     assert found.length_tokens == 1024 and found.expected == "2533" and found.found is True
     assert skipped.length_tokens == 65536 and "32768" in skipped.skipped and skipped.found is None
     assert all(not q.correct for q in record.questions)
+    # this stand-in has no /tokenize: the distributions are named as not scored, the rest is measured
+    assert "a request for log-probabilities failed" in record.forced_error and "404" in record.forced_error
 
 
 def test_the_chart_marks_configurations_whose_answers_differ(tmp_path: Path):

@@ -31,7 +31,8 @@ def test_report_with_a_baseline_measured_only_for_quality(quality_file, tmp_path
     result = report(str(path), "--baseline", "tiny-plain", "--html", str(tmp_path / "report.html"))
     assert result.exit_code == 0, result.output
     assert "is not among the configurations" not in result.output
-    assert "| Configuration | Agreement with tiny-plain |" in result.output
+    assert "| Configuration | Verdict | Mean KLD (95 % CI) |" in result.output  # the verdicts lead (issue 22)
+    assert "| Agreement with tiny-plain |" in result.output
     lines = {line.split(" | ")[0].strip("| "): line for line in result.output.splitlines() if line.startswith("| tiny")}
     assert "| reference |" in lines["tiny-plain"]
     assert "% identical" in lines["tiny-ngram"]  # scored against the baseline's answers

@@ -18,6 +18,7 @@ from llm_bench.report import find_baseline, load_rows, markdown_table
 from llm_bench.results import load_results
 from llm_bench.runner import run_plan
 from llm_bench.testbed.router import RouterProcess, start_router
+from llm_bench.workloads.quality import QUALITY
 from llm_bench.workloads.quality.score import SPECULATION_CHANGED, quality_rows
 
 PRESETS = ("smol-plain", "smol-self-draft", "smol-random-draft", "smol-kv-q4", "smol-synth")
@@ -36,7 +37,8 @@ def smol_router(llama_server_bin: Path, smollm2: Path, tmp_path_factory: pytest.
 @pytest.fixture(scope="module")
 def measured(smol_router: RouterProcess, tmp_path_factory: pytest.TempPathFactory) -> Path:
     protocol = Protocol(max_tokens=8, runs=1, temperature=0.0, workloads=("quality", "standard"),
-                        recall_lengths=(1024, 8192), recall_depths=(0.5,), quality_max_tokens=12)
+                        recall_lengths=(1024, 8192), recall_depths=(0.5,), quality_max_tokens=12
+                        ).with_settings(QUALITY, {"text_tokens": 16, "exact_items_per_kind": 0})  # verdicts: elsewhere
     plan = Plan(url=smol_router.url, aliases=PRESETS, label="smol", output_dir=tmp_path_factory.mktemp("results"),
                 protocol=protocol)
     return run_plan(plan, lambda _m: None).path

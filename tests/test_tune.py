@@ -61,6 +61,8 @@ def test_plan_file_and_flags() -> None:
         tune_plan_from_mapping({"axis": {}})
     with pytest.raises(PlanError, match="min_agreement must be at least 0.0, at most 1.0, not 2"):
         tune_plan_from_mapping({"quality": {"min_agreement": 2}})
+    with pytest.raises(PlanError, match="accept must be one of 'lossless', 'near-lossless', 'any', 'off', not 'lossy'"):
+        tune_plan_from_mapping({"quality": {"accept": "lossy"}})
     with pytest.raises(PlanError, match="no base preset"):
         TunePlan(axes=(parse_axis("x", [1]),)).candidates()
     with pytest.raises(PlanError, match="KEY=VALUE"):

@@ -1,6 +1,8 @@
 """tune's two decisions on a real router, each on presets where the wrong decision names another winner: the
 leader is the fastest preset that passes the quality gate, and the gate refuses a faster preset whose answers
-differ from the control's.
+differ from the control's. Both with the gate of greedy answers (``--accept off``: no token distributions or
+exact-answer items are measured; the verdict gate is decided in tests/test_tune_rounds.py and, on SmolLM2, in
+tests/test_tune_router.py).
 
 The presets: ``slow``, a random model with about 200 times the tiny model's weights (decodes some twenty times
 slower on the CPU bed, test_report_verdicts.py), and ``fast``, the tiny model, whose greedy answers share nothing
@@ -42,7 +44,7 @@ def two_speeds(llama_server_bin, tiny_models, tmp_path_factory):
 def tune(url: str, out: Path, *flags: str):
     result = CliRunner().invoke(main, ["tune", "--url", url, "--preset", "slow,fast", "--runs", "3",
                                        "--max-tokens", "32", "--screen-tokens", "8", "--max-rounds", "1",
-                                       "--output-dir", str(out), *flags], catch_exceptions=False)
+                                       "--output-dir", str(out), "--accept", "off", *flags], catch_exceptions=False)
     (path,) = out.glob("llm-bench-*-tune-*.toml")
     return result, load_results(path)
 
@@ -72,7 +74,7 @@ def test_a_control_that_is_slower_loses(two_speeds, tmp_path):
 
 
 def test_the_faster_preset_whose_answers_differ_is_refused_and_the_control_wins(two_speeds, tmp_path):
-    result, measured = tune(two_speeds.url, tmp_path)  # the default gate: 75 % identical answers
+    result, measured = tune(two_speeds.url, tmp_path)  # --accept off: 75 % identical answers
     assert result.exit_code == 0, result.output
     outcome = measured.meta["tune"]["outcome"]
     speeds = medians(measured)

@@ -1,18 +1,21 @@
 """tune's round, decided on hand-made runs and answers (no server): who leads, who leaves, when the leader is
 separated, what the quality gate refuses. Every case is built so that the wrong rule names another winner.
-tests/test_tune_decisions.py makes the same decisions on a real router."""
+tests/test_tune_decisions.py makes the same decisions on a real router. The leader and the agreement gate are
+decided with the verdict gate off (``accept = "off"``); the verdict gate on hand-made token distributions."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from llm_bench.plan import Protocol
-from llm_bench.results import AliasRecord, QualityOutput, RecallProbe, RunRecord
+from llm_bench.results import AliasRecord, ForcedText, QualityOutput, RecallProbe, RunRecord
 from llm_bench.tune import search
 from llm_bench.tune.grid import Candidate
 from llm_bench.tune.plan import Budget, QualityGate, TunePlan
 
 SAME = [[1, 2, 3, 4], [5, 6, 7], [8, 9]]  # the control's greedy answers, as token ids
+OFF = QualityGate(accept="off")  # the gate of greedy answers alone: agreement of 75 % and recall
 
 
 @dataclass
@@ -23,12 +26,21 @@ class Writer:
         self.flushed += 1
 
 
+def forced(top: list[float]) -> list[ForcedText]:
+    """A text of 40 positions teacher-forced through a configuration: at each, two listed tokens with the
+    probabilities ``top`` (the first alternating slightly, so that the positions are not all alike)."""
+    probs = [(top[0] - 0.01 * (j % 2), top[1] + 0.01 * (j % 2)) for j in range(40)]
+    return [ForcedText("s0", "", "", 1, list(range(41)), [[1, 2]] * 40,
+                       [[math.log(a), math.log(b)] for a, b in probs])]
+
+
 def entry(name: str, rates: list[float], answers: list[list[int]] = SAME, *, control: bool = False,
-          recall: list[bool] | None = None) -> search.Entry:
+          recall: list[bool] | None = None, distribution: list[float] | None = None) -> search.Entry:
     quality = AliasRecord(alias=name, workload="quality", target=search.TUNE,
                           quality_outputs=[QualityOutput(f"p{i}", "", len(ids), ids, "length")
                                            for i, ids in enumerate(answers)],
-                          recall=[RecallProbe(1024, 0.5, "2533", found=f) for f in (recall or [])])
+                          recall=[RecallProbe(1024, 0.5, "2533", found=f) for f in (recall or [])],
+                          forced=forced(distribution) if distribution else [])
     full = AliasRecord(alias=name, target=search.TUNE, runs=[RunRecord(decode_tps=r) for r in rates])
     return search.Entry(Candidate(name, (), ()), control=control, full=full, quality_record=quality, finalist=True)
 
@@ -44,7 +56,7 @@ class Rounds:
 
 def one_round(*entries: search.Entry, gate: QualityGate | None = None) -> Rounds:
     """Tuner.rounds over runs already measured: 3 runs each and one round, so nothing more is measured."""
-    plan = TunePlan(protocol=Protocol(runs=3), budget=Budget(max_rounds=1), quality=gate or QualityGate())
+    plan = TunePlan(protocol=Protocol(runs=3), budget=Budget(max_rounds=1), quality=gate or OFF)
     tuner = search.Tuner.__new__(search.Tuner)  # no router: everything it would measure is there
     tuner.plan, tuner.log, tuner.writer, tuner.tune_meta = plan, lambda _m: None, Writer(), {}
     tuner.entries, tuner.control = list(entries), entries[0]
@@ -90,14 +102,14 @@ def test_the_gate_refuses_the_fastest_preset_and_the_next_fastest_that_passes_wi
     assert r.entries["kept"].rejected is None and r.entries["kept"].quality.identical_share == 1.0
     # the same answers pass a gate of 2/3
     opened = one_round(entry("control", CONTROL, control=True), entry("rejected", [400.0, 404.0, 396.0], different),
-                       entry("kept", [200.0, 204.0, 198.0]), gate=QualityGate(min_agreement=2 / 3))
+                       entry("kept", [200.0, 204.0, 198.0]), gate=QualityGate(accept="off", min_agreement=2 / 3))
     assert opened.winner is opened.entries["rejected"]
 
 
 def test_an_answer_that_is_a_prefix_of_the_controls_does_not_pass_the_gate():
     prefix = [[1, 2, 3], [5, 6, 7], [8, 9]]  # the first answer stops one token early
     r = one_round(entry("control", CONTROL, control=True), entry("short", [200.0, 204.0, 198.0], prefix),
-                  gate=QualityGate(min_agreement=1.0))
+                  gate=QualityGate(accept="off", min_agreement=1.0))
     assert r.entries["short"].rejected is not None and r.winner is r.entries["control"]
     assert r.stop.startswith("no other contender is left after round 1")
 
@@ -110,6 +122,25 @@ def test_the_gate_refuses_a_recall_drop_beyond_the_one_allowed():
     assert strict.entries["forgets"].rejected == "recall 50% below the control's 100%"
     assert strict.winner is strict.entries["control"]
     allowed = one_round(entry("control", CONTROL, control=True, recall=found),
-                        entry("forgets", [200.0, 204.0, 198.0], recall=half), gate=QualityGate(max_recall_drop=0.5))
+                        entry("forgets", [200.0, 204.0, 198.0], recall=half), gate=QualityGate(accept="off", max_recall_drop=0.5))
     assert allowed.entries["forgets"].rejected is None and allowed.winner is allowed.entries["forgets"]
 
+
+
+def verdict_contenders() -> tuple[search.Entry, ...]:
+    reference = [0.9, 0.1]
+    return (entry("control", CONTROL, control=True, distribution=reference),
+            entry("lossy", [400.0, 404.0, 396.0], distribution=[0.5, 0.5]),
+            entry("unscored", [300.0, 304.0, 296.0]),
+            # its greedy answers differ (2/3 identical), but the verdict judges instead of agreement
+            entry("same", [200.0, 204.0, 198.0], [[1, 2, 3, 4], [5, 6, 0], [8, 9]], distribution=reference))
+
+
+def test_the_verdict_gate_refuses_a_lossy_or_unscored_preset_and_accepts_any_verdict_when_asked():
+    r = one_round(*verdict_contenders(), gate=QualityGate())  # the default: near-lossless
+    assert r.winner is r.entries["same"] and r.entries["same"].quality.verdict == "lossless"
+    lossy = r.entries["lossy"].rejected
+    assert lossy.startswith("lossy (KLD 0.3") and lossy.endswith("(the gate accepts near-lossless)")
+    assert r.entries["unscored"].rejected == "quality not scored: no token distributions were measured"
+    anything = one_round(*verdict_contenders(), gate=QualityGate(accept="any"))
+    assert anything.winner is anything.entries["lossy"] and anything.entries["lossy"].rejected is None

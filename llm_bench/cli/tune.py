@@ -21,7 +21,7 @@ from llm_bench.cli.options import (
 from llm_bench.engines.errors import ServerError
 from llm_bench.plan import ApiKeySource, PlanError
 from llm_bench.runner import RunAborted
-from llm_bench.tune.plan import Budget, QualityGate, TunePlan, load_tune_plan, with_flags
+from llm_bench.tune.plan import OFF_MIN_AGREEMENT, Budget, QualityGate, TunePlan, load_tune_plan, with_flags
 from llm_bench.tune.serve import ServeError
 from llm_bench.tune.session import run_tune
 
@@ -58,16 +58,19 @@ def _interrupt(_signum, _frame) -> None:
 @click.option("--max-rounds", type=int, help=f"Rounds of full runs at most (default {Budget.max_rounds}).")
 @click.option("--max-requests", type=int, help=f"Measured requests at most (default {Budget.max_requests}).")
 @click.option("--max-time", "max_time_s", type=float, help=f"Seconds at most (default {Budget.max_time_s:g}).")
+@click.option("--accept", type=click.Choice(["lossless", "near-lossless", "any", "off"]),
+              help=f"The worst quality verdict against the control a winner may have (default {QualityGate.accept}); "
+                   "any: measured, not gating; off: not measured, --min-agreement gates instead.")
 @click.option("--min-agreement", type=float,
-              help=f"Share of greedy outputs identical to the control's a winner needs "
-                   f"(default {QualityGate.min_agreement:g}).")
+              help=f"Share of greedy outputs identical to the control's a winner needs (default: "
+                   f"{OFF_MIN_AGREEMENT:g} with --accept off, else none).")
 @click.option("--max-recall-drop", type=float,
               help=f"How far recall may fall below the control's (default {QualityGate.max_recall_drop:g}).")
 @click.option("--fresh", is_flag=True, help="Start over instead of resuming from the output folder.")
 @protocol_options
 def tune(plan_file, name, model, sets, axes, url, presets, control, main_url, api_key_file, api_key_env,
          llama_server, output_dir, finalists,
-         screen_max_tokens, max_rounds, max_requests, max_time_s, min_agreement, max_recall_drop, fresh,
+         screen_max_tokens, max_rounds, max_requests, max_time_s, accept, min_agreement, max_recall_drop, fresh,
          **flags) -> None:
     """Find the fastest preset that keeps its answers, and print the Nix that adopts it.
 
@@ -84,7 +87,7 @@ def tune(plan_file, name, model, sets, axes, url, presets, control, main_url, ap
         plan = load_tune_plan(plan_file) if plan_file else plan
         budget = replace(plan.budget, **{k: v for k, v in (("max_rounds", max_rounds), ("max_requests", max_requests),
                                                             ("max_time_s", max_time_s)) if v is not None})
-        quality = replace(plan.quality, **{k: v for k, v in (("min_agreement", min_agreement),
+        quality = replace(plan.quality, **{k: v for k, v in (("accept", accept), ("min_agreement", min_agreement),
                                                              ("max_recall_drop", max_recall_drop)) if v is not None})
         plan = with_flags(
             plan, sets=sets, axes=axes, model=model, name=name, url=url, presets=tuple(presets), control=control,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from llm_bench.engines.completion import Completion, CompletionRequest
+from llm_bench.engines.logprobs import LogprobSource
 from llm_bench.engines.metrics import PrefixCacheCounters, SpecCounters
 from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 
@@ -105,6 +106,11 @@ class Engine(Protocol):
     def spec_counters(self, alias: str) -> SpecCounters | None: ...
 
     def prefix_counters(self, alias: str) -> PrefixCacheCounters | None: ...
+
+    def logprobs(self) -> LogprobSource | None:
+        """Where the top-k log-probabilities of a given text's tokens are had (``capabilities.top_logprobs``
+        says how); None where the server has none."""
+        ...
 
     def release(self, alias: str) -> None:
         """Give the alias's memory back (unload), where the server can."""

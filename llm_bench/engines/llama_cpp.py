@@ -8,6 +8,7 @@ from typing import Any
 from llm_bench.engines.base import Capabilities
 from llm_bench.engines.client import DEFAULT_STREAMS, RouterClient, StatusWatcher
 from llm_bench.engines.completion import Completion, CompletionRequest, parse_completion
+from llm_bench.engines.logprobs import LlamaServerLogprobs
 from llm_bench.engines.metrics import PrefixCacheCounters, SpecCounters
 from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 
@@ -84,6 +85,9 @@ class LlamaCppEngine:
 
     def prefix_counters(self, alias: str) -> PrefixCacheCounters | None:
         return None  # timings.cache_n confirms a hit per request
+
+    def logprobs(self) -> LlamaServerLogprobs:
+        return LlamaServerLogprobs(self.client)
 
     def release(self, alias: str) -> None:
         self.make_cold(alias)

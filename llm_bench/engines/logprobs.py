@@ -95,6 +95,10 @@ class LogprobSource(Protocol):
         """The model's context in tokens, where the server reports it."""
         ...
 
+    def template(self, model: str, prompt: str) -> str:
+        """The text the model is given for ``prompt`` as a user's chat message, up to where its answer starts."""
+        ...
+
     def next_token_logprobs(self, model: str, token_ids: Sequence[int], first: int, k: int) -> Forced:
         """For each position ``first .. len(token_ids) - 1``, the top-k next-token log-probabilities
         given the ids before it."""
@@ -128,15 +132,23 @@ class LlamaServerLogprobs:
         n_ctx = (props.get("default_generation_settings") or {}).get("n_ctx")
         return int(n_ctx) if n_ctx else None
 
+    def template(self, model: str, prompt: str) -> str:
+        body = self.client.post_json("/apply-template", {"model": model,
+                                                         "messages": [{"role": "user", "content": prompt}]})
+        return str(body["prompt"])
+
     @staticmethod
-    def request(model: str, prefix: Sequence[int], k: int) -> dict[str, Any]:
+    def request(model: str, prefix: Sequence[int], k: int, cached: bool = True) -> dict[str, Any]:
         return {
             "model": model,
             "prompt": list(prefix),
             "n_predict": 1,
             "n_probs": k,
             "post_sampling_probs": False,  # the model's distribution, not the sampler's
-            "cache_prompt": True,  # the prefix is the last request's prompt plus one token
+            # The prefix is the last request's prompt plus one token. A segment's first request is
+            # evaluated whole: reusing whatever the slot last held (a shared system prompt, evaluated
+            # in other batches) changes the rounding of its cache, and with it every later position.
+            "cache_prompt": cached,
             "temperature": 0.0,
             # The one sampled token is pinned to a plain ASCII one: a byte token that begins a UTF-8
             # character is held back until the character completes, and with it the position's
@@ -159,8 +171,8 @@ class LlamaServerLogprobs:
         top: list[TopLogprobs] = []
         processed: list[int | None] = []
         for i in range(first, len(token_ids)):
-            listed, evaluated = self.parse(self.client.post_json("/completion", self.request(model, token_ids[:i], k)),
-                                           f"{model!r}, position {i}")
+            body = self.client.post_json("/completion", self.request(model, token_ids[:i], k, cached=i > first))
+            listed, evaluated = self.parse(body, f"{model!r}, position {i}")
             check_listed(model, i, listed, k)  # a short list fails at the first position, not after all of them
             top.append(listed)
             processed.append(evaluated)
@@ -181,6 +193,12 @@ class VllmLogprobs:
         if body.get("max_model_len"):
             self._max_model_len[model] = int(body["max_model_len"])
         return [int(t) for t in body.get("tokens", [])]
+
+    def template(self, model: str, prompt: str) -> str:
+        # vLLM applies the chat template in /tokenize; /detokenize gives the text back
+        ids = self.client.post_json("/tokenize", {"model": model, "messages": [{"role": "user", "content": prompt}],
+                                                  "add_generation_prompt": True}).get("tokens", [])
+        return str(self.client.post_json("/detokenize", {"model": model, "tokens": ids})["prompt"])
 
     def context_length(self, model: str) -> int | None:
         if model not in self._max_model_len:

@@ -14,6 +14,7 @@ import httpx
 from llm_bench.engines.base import Capabilities
 from llm_bench.engines.client import DEFAULT_STREAMS, OpenAIClient, same_origin
 from llm_bench.engines.completion import Completion, CompletionRequest, parse_completion
+from llm_bench.engines.logprobs import VllmLogprobs
 from llm_bench.engines.metrics import (
     PrefixCacheCounters,
     SpecCounters,
@@ -112,6 +113,9 @@ class OpenAIEngine:
     def prefix_counters(self, model: str) -> PrefixCacheCounters | None:
         samples = self._metrics()
         return None if samples is None else prefix_cache_counters(samples, model)
+
+    def logprobs(self) -> VllmLogprobs:
+        return VllmLogprobs(self.client)
 
     def release(self, model: str) -> None:
         pass

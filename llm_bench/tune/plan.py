@@ -20,7 +20,7 @@ A tune plan file is TOML (``llm-bench tune --plan tune.toml``); flags given on t
     [budget]
     max_rounds = 3
     [quality]
-    min_agreement = 0.75
+    accept = "near-lossless"
     [protocol]                          # the full runs of the rounds (llm-bench run's settings)
     runs = 3
 """
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from llm_bench.plan import DEFAULT_URL, PlanError, Protocol, load_plan_file, protocol_from_mapping
 from llm_bench.tune.grid import Axis, Candidate, GridError, Value, expand, parse_axis
@@ -48,15 +48,33 @@ class Budget:
         check_fields(self)
 
 
+# The agreement threshold of a gate that does not judge by the quality verdict (accept = "off").
+OFF_MIN_AGREEMENT = 0.75
+
+
 @dataclass(frozen=True)
 class QualityGate:
-    """A candidate below either threshold cannot win (the control defines "the same answers")."""
+    """Who cannot win on quality against the control (README: "Finding the best preset", Quality).
 
-    min_agreement: float = field(default=0.75, metadata={"min": 0.0, "max": 1.0})  # share of identical outputs
+    ``accept``: the worst quality verdict (README: "Quality verdicts") a winner may have; a candidate
+    whose verdict could not be scored cannot win either. "any": the verdict is measured and shown but
+    does not gate; "off": it is not measured, and the share of greedy outputs identical to the control's
+    gates instead (``min_agreement``, then 0.75 unless given). A ``min_agreement`` given applies with any
+    ``accept``."""
+
+    accept: Literal["lossless", "near-lossless", "any", "off"] = "near-lossless"
+    min_agreement: float | None = field(default=None, metadata={"min": 0.0, "max": 1.0})  # share of identical outputs
     max_recall_drop: float = field(default=0.0, metadata={"min": 0.0, "max": 1.0})  # recall below the control's
 
     def __post_init__(self) -> None:
         check_fields(self)
+
+    @property
+    def agreement_needed(self) -> float | None:
+        """The share of identical greedy outputs a winner needs (None: the verdict judges instead)."""
+        if self.min_agreement is not None:
+            return self.min_agreement
+        return OFF_MIN_AGREEMENT if self.accept == "off" else None
 
 
 @dataclass(frozen=True)

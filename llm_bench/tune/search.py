@@ -35,6 +35,7 @@ from llm_bench.gpu.nvml import Nvml
 from llm_bench.gpu.telemetry import sampling
 from llm_bench.plan import Protocol
 from llm_bench.provenance import provenance, server_build
+from llm_bench.quality.paired import PairedVerdict
 from llm_bench.report.verdict import FASTER, SLOWER, Verdict, verdict
 from llm_bench.results import (
     FORMAT,
@@ -48,10 +49,22 @@ from llm_bench.results import (
 )
 from llm_bench.runner import AliasUnreachable, RunAborted, measure_alias
 from llm_bench.tune.grid import Candidate
-from llm_bench.tune.plan import TunePlan
+from llm_bench.tune.plan import QualityGate, TunePlan
 from llm_bench.tune.serve import Served, load_errors
 from llm_bench.workloads.quality import QUALITY
-from llm_bench.workloads.quality.score import Agreement, accuracy, agreement, recall_share
+from llm_bench.workloads.quality.score import (
+    VERDICTS,
+    Agreement,
+    Distributions,
+    accuracy,
+    agreement,
+    answers_verdict,
+    distributions,
+    quality_verdict,
+    recall_share,
+    same_answers,
+    verdict_text,
+)
 from llm_bench.workloads.standard import STANDARD
 
 Log = Callable[[str], None]
@@ -68,13 +81,17 @@ class QualityScore:
     control_recall: float | None
     accuracy: float | None
     control_accuracy: float | None
+    distributions: Distributions | None = None
+    answers: PairedVerdict | None = None
+    verdict: str | None = None  # lossless, near-lossless or lossy against the control
 
     @property
     def identical_share(self) -> float:
         return self.agreement.identical_share or 0.0
 
     def describe(self) -> str:
-        text = f"agreement {self.identical_share:.0%}"
+        judged = verdict_text(self.verdict, self.distributions, self.answers)
+        text = (judged + ", " if judged else "") + f"agreement {self.identical_share:.0%}"
         if self.recall is not None:
             text += f", recall {self.recall:.0%}" + (f" (control {self.control_recall:.0%})"
                                                      if self.control_recall is not None else "")
@@ -84,9 +101,29 @@ class QualityScore:
 
 
 def score(candidate: AliasRecord, control: AliasRecord) -> QualityScore:
+    dist = distributions(control, candidate)
+    answers = answers_verdict(control, candidate)
     return QualityScore(agreement(control.quality_outputs, candidate.quality_outputs),
                         recall_share(candidate.recall), recall_share(control.recall),
-                        accuracy(candidate.questions), accuracy(control.questions))
+                        accuracy(candidate.questions), accuracy(control.questions), dist, answers,
+                        quality_verdict(dist, answers, same_answers(control, candidate)))
+
+
+def gate_reasons(q: QualityScore, gate: QualityGate) -> list[str]:
+    """Why the quality gate refuses a candidate with this score against the control (none: it passes)."""
+    reasons = []
+    if gate.accept in VERDICTS:
+        if q.verdict is None:
+            problem = q.distributions.problem if q.distributions is not None else None
+            reasons.append(f"quality not scored: {problem or 'no token distributions were measured'}")
+        elif VERDICTS.index(q.verdict) > VERDICTS.index(gate.accept):
+            reasons.append(f"{verdict_text(q.verdict, q.distributions, q.answers)} (the gate accepts {gate.accept})")
+    needed = gate.agreement_needed
+    if needed is not None and q.identical_share < needed:
+        reasons.append(f"agreement {q.identical_share:.0%} < {needed:.0%} ({q.agreement.describe()})")
+    if q.recall is not None and q.control_recall is not None and q.recall < q.control_recall - gate.max_recall_drop:
+        reasons.append(f"recall {q.recall:.0%} below the control's {q.control_recall:.0%}")
+    return reasons
 
 
 @dataclass
@@ -298,6 +335,10 @@ class Tuner:
         if not workloads:
             return
         protocol = replace(self.plan.protocol, runs=max(runs, 1), workloads=workloads)
+        if self.plan.quality.accept == "off":  # no verdict: neither token distributions nor exact-answer items
+            protocol = protocol.with_settings(QUALITY, {"top_k": 0, "exact_items_per_kind": 0})
+        elif self.control.quality_record is not None:  # the control's reference text, for every candidate
+            protocol = protocol.carried([self.control.quality_record])
         records = self._measure(entry, protocol, TUNE)
         for record in records:
             if record.workload == QUALITY.record_name:
@@ -323,13 +364,7 @@ class Tuner:
         if entry.control or entry.quality_record is None or control is None:
             return
         entry.quality = q = score(entry.quality_record, control)
-        gate = self.plan.quality
-        reasons = []
-        if q.identical_share < gate.min_agreement:
-            reasons.append(f"agreement {q.identical_share:.0%} < {gate.min_agreement:.0%} ({q.agreement.describe()})")
-        if q.recall is not None and q.control_recall is not None and q.recall < q.control_recall - gate.max_recall_drop:
-            reasons.append(f"recall {q.recall:.0%} below the control's {q.control_recall:.0%}")
-        entry.rejected = "; ".join(reasons) or None
+        entry.rejected = "; ".join(gate_reasons(q, self.plan.quality)) or None
 
     def eligible(self, entry: Entry) -> bool:
         if entry.control:
@@ -411,8 +446,8 @@ def new_meta(plan: TunePlan, candidates: list[Candidate], print_: str, engine_ur
         "finalists": plan.finalists, "screen_max_tokens": plan.screen_max_tokens,
         "budget": {"max_rounds": plan.budget.max_rounds, "max_requests": plan.budget.max_requests,
                    "max_time_s": plan.budget.max_time_s},
-        "quality_gate": {"min_agreement": plan.quality.min_agreement,
-                         "max_recall_drop": plan.quality.max_recall_drop},
+        "quality_gate": {k: v for k, v in (("accept", plan.quality.accept), ("min_agreement", plan.quality.min_agreement),
+                                           ("max_recall_drop", plan.quality.max_recall_drop)) if v is not None},
     }
     if previous is not None:
         tune["resumed_from"] = (previous.meta.get("tune") or {}).get("resumed_from")

@@ -116,6 +116,9 @@ class Workload(Generic[S]):
     needs_prompt_cache: bool = False  # it measures the server's prompt cache (a preset without one is a finding)
     streams: Callable[[S], int] = lambda _settings: 1  # the most simultaneous streams it opens
     last: bool = False  # runs after every other workload of the protocol: it must not warm anything they time
+    # The settings for the configurations measured after these records (the quality workload hands on
+    # the reference text the first configuration made); None: every configuration is measured alike.
+    carry: Callable[[S, Sequence[AliasRecord]], S] | None = None
     tables: Tables = _no_tables
     column: MainColumn | None = None
     marks: Marks | None = None

@@ -12,7 +12,8 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 from llm_bench.engines import Engine
 from llm_bench.engines.completion import CompletionRequest
@@ -20,9 +21,15 @@ from llm_bench.engines.errors import ServerError
 from llm_bench.results import AliasRecord, QualityOutput, QuestionResult, RecallProbe
 from llm_bench.support.progress import Steps
 from llm_bench.tables import Cell
-from llm_bench.validation import check_fields
-from llm_bench.workloads.base import Log, MainColumn, RunParameters, Workload
+from llm_bench.validation import FieldError, check_fields
+from llm_bench.workloads.base import Flag, Log, MainColumn, RunParameters, Workload
 from llm_bench.workloads.common import derive
+from llm_bench.workloads.quality.forced import (
+    ReferenceText,
+    carry_reference,
+    measure_distributions,
+    measure_exact_items,
+)
 from llm_bench.workloads.quality.score import (
     QUALITY_RECORDS,
     quality_cells,
@@ -47,9 +54,23 @@ class QualitySettings:
     # A cap on the output tokens of the agreement prompts (each has its own max_tokens).
     max_tokens: int | None = field(default=None, metadata={"min": 1})
     chars_per_token: float = field(default=4.0, metadata={"above": 0.0})  # the filler's length is set in characters
+    # Token distributions: the top_k next-token log-probabilities at every position of the reference text
+    # (vLLM lists at most its --max-logprobs, 20 by default). The text: the first configuration's greedy
+    # answers of up to text_tokens each to the shipped [[divergence]] prompts, or the user's own file.
+    # 0: none measured (then no verdict).
+    top_k: int = field(default=20, metadata={"min": 0})
+    text_tokens: int = field(default=512, metadata={"min": 1})
+    text_file: Path | None = None
+    # The exact-answer items: this many of each of the 4 families at each difficulty (0: none).
+    exact_items_per_kind: int = field(default=20, metadata={"min": 0})
+    exact_difficulties: tuple[Literal["easy", "medium", "hard"], ...] = ("easy", "medium", "hard")
+    # Set by the runner once the first configuration has made the reference text (never by a plan).
+    reference_text: tuple[ReferenceText, ...] = field(default=(), metadata={"carried": True})
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if self.text_file is not None and not self.text_file.is_file():
+            raise FieldError("text_file", f"must be a text file that exists, not {str(self.text_file)!r}")
 
 
 @dataclass(frozen=True)
@@ -167,6 +188,10 @@ def quality(engine: Engine, alias: str, protocol: RunParameters, base: AliasReco
         record.recall = recall_probes(engine, alias, settings, seed, qset.recall, record, steps,
                                       protocol.thinking)
     log("  " + describe_quality(record))
+    if settings.top_k:
+        log("  " + measure_distributions(engine, alias, settings, seed, record))
+    if settings.exact_items_per_kind:
+        log("  " + measure_exact_items(engine, alias, settings, seed, record))
     return [record]
 
 
@@ -218,5 +243,7 @@ QUALITY: Workload[QualitySettings] = Workload(
     "quality", QualitySettings, quality, record=QUALITY_RECORDS,
     legacy={"recall_lengths": "recall_lengths", "recall_depths": "recall_depths", "quality_max_tokens": "max_tokens",
             "prefix_chars_per_token": "chars_per_token"},
-    last=True, tables=quality_tables, column=MainColumn("Quality", quality_cells, Cell("-", {"agreement": None})),
+    flags=(Flag("--quality-text", "text_file", "A text file (e.g. code of your own) whose token distributions "
+                "the quality workload compares, instead of the first configuration's answers", example="src/main.py"),),
+    carry=carry_reference, last=True, tables=quality_tables, column=MainColumn("Quality", quality_cells, Cell("-", {"agreement": None})),
     marks=quality_marks, summary=quality_summary)

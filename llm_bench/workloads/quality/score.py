@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llm_bench.preset_args import parse_args, preset_facts, speculation
-from llm_bench.results import QualityOutput, QuestionResult, RecallProbe
+from llm_bench.quality.divergence import Divergence, Estimate, compare
+from llm_bench.quality.paired import WORSE, PairedVerdict, paired_verdict
+from llm_bench.results import AliasRecord, ExactAnswer, QualityOutput, QuestionResult, RecallProbe
 from llm_bench.tables import Cell, Row, Section, Table
 
 # The ``workload`` of the quality workload's records (``QUALITY`` in measure.py writes them).
@@ -33,6 +35,104 @@ _SPEC_FLAGS = ("--spec-", "--model-draft", "-md", "--draft", "-ngld", "--n-gpu-l
                "-ctkd", "-ctvd", "-devd", "--device-draft", "--cache-type-k-draft", "--cache-type-v-draft")
 # Arguments that differ between any two instances the router starts.
 _INSTANCE_FLAGS = ("--port", "--alias")
+
+
+# The verdicts on a configuration's quality against the reference (README: "Quality verdicts").
+LOSSLESS, NEAR_LOSSLESS, LOSSY = "lossless", "near-lossless", "lossy"
+VERDICTS = (LOSSLESS, NEAR_LOSSLESS, LOSSY)  # best first
+# Mean KLD (nats) at or below which a configuration is "lossless": zero, up to the rounding of the
+# log-probabilities the server sends.
+ZERO_KLD = 1e-6
+# The upper end of the mean KLD's 95 % interval at or below which a configuration is "near-lossless".
+# Measured on the CPU bed (SmolLM2-135M, README): KV q8_0 0.0028 [0.0024, 0.0032], KV q4_0
+# 0.046 [0.038, 0.056]; 0.01 lies three times above the first interval and four times below the second.
+NEAR_LOSSLESS_KLD = 0.01
+
+
+@dataclass(frozen=True)
+class Distributions:
+    """A configuration's token distributions against the reference's: the figures, or why none."""
+
+    divergence: Divergence | None
+    problem: str | None = None  # a comparison that could not be made, named
+
+    def describe(self) -> str:
+        if self.divergence is None:
+            return f"not scored: {self.problem}" if self.problem else "-"
+        d = self.divergence
+        return (f"mean KLD {estimate_text(d.mean_kld, '.3g')} nats, p99 {estimate_text(d.p99_kld, '.3g')}, "
+                f"same top token {estimate_text(d.same_top, '.1%')} over {d.positions} positions")
+
+
+def estimate_text(e: Estimate, spec: str) -> str:
+    if e.low is None or e.high is None:
+        return format(e.value, spec)
+    return f"{format(e.value, spec)} [{format(e.low, spec)}, {format(e.high, spec)}]"
+
+
+def distributions(reference: AliasRecord, record: AliasRecord) -> Distributions | None:
+    """``record``'s distributions against ``reference``'s over the same text; None when neither was measured."""
+    if record.forced_error:
+        return Distributions(None, record.forced_error)
+    if not record.forced:
+        return None
+    if reference.forced_error:
+        return Distributions(None, f"the reference {reference.alias}: {reference.forced_error}")
+    if not reference.forced:
+        return Distributions(None, f"the reference {reference.alias} has no token distributions")
+    ref_segments = {f.segment: f for f in reference.forced}
+    refs: list[dict[int, float]] = []
+    cfgs: list[dict[int, float]] = []
+    for forced in record.forced:
+        ref = ref_segments.get(forced.segment)
+        if ref is None or ref.token_ids != forced.token_ids or ref.first != forced.first:
+            return Distributions(None, f"{record.alias} was forced over other tokens than the reference "
+                                       f"{reference.alias} ({forced.segment}): another text or another tokeniser")
+        refs += [dict(zip(i, lp, strict=True)) for i, lp in zip(ref.top_ids, ref.top_logprobs, strict=True)]
+        cfgs += [dict(zip(i, lp, strict=True)) for i, lp in zip(forced.top_ids, forced.top_logprobs, strict=True)]
+    return Distributions(compare(refs, cfgs))
+
+
+def answers_verdict(reference: AliasRecord, record: AliasRecord) -> PairedVerdict | None:
+    """The paired verdict on the exact-answer items both answered (None when they share none)."""
+    mine = {a.item_id: a.correct for a in record.exact_answers}
+    shared = [a for a in reference.exact_answers if a.item_id in mine]
+    if not shared:
+        return None
+    return paired_verdict([a.correct for a in shared], [mine[a.item_id] for a in shared])
+
+
+def same_answers(reference: AliasRecord, record: AliasRecord) -> bool:
+    mine = {a.item_id: a.answer for a in record.exact_answers}
+    return all(mine.get(a.item_id) == a.answer for a in reference.exact_answers)
+
+
+def quality_verdict(dist: Distributions | None, answers: PairedVerdict | None, identical_answers: bool) -> str | None:
+    """lossless, near-lossless or lossy; None without token distributions to judge by."""
+    if dist is None or dist.divergence is None:
+        return None
+    mean = dist.divergence.mean_kld
+    if answers is not None and answers.kind == WORSE:
+        return LOSSY
+    if mean.value <= ZERO_KLD and identical_answers:
+        return LOSSLESS
+    upper = mean.high if mean.high is not None else mean.value
+    return NEAR_LOSSLESS if upper <= NEAR_LOSSLESS_KLD else LOSSY
+
+
+def verdict_text(verdict: str | None, dist: Distributions | None, answers: PairedVerdict | None) -> str:
+    """The verdict as people read it: lossy with its KLD and top-token share, and the answers' verdict."""
+    parts = []
+    if verdict is not None and dist is not None and dist.divergence is not None:
+        d = dist.divergence
+        parts.append(verdict if verdict == LOSSLESS else
+                     f"{verdict} (KLD {d.mean_kld.value:.3g}, same top {d.same_top.value:.0%})")
+    elif dist is not None and dist.problem:
+        parts.append(f"not scored: {dist.problem}")
+    if answers is not None:
+        parts.append(f"{answers.kind} ({answers.configuration_right}/{answers.items} vs "
+                     f"{answers.reference_right}/{answers.items}, p = {answers.p_value:.2g})")
+    return "; ".join(parts)
 
 
 def recall_by_length(probes: Sequence[RecallProbe]) -> dict[int, float | None]:
@@ -167,6 +267,12 @@ class QualityRow:
     control: str | None = None
     speculation: Agreement | None = None  # with the control, for a speculative configuration
     flagged: PromptAgreement | None = None  # set when speculation changed the output early
+    distributions: Distributions | None = None  # against the reference
+    answers: PairedVerdict | None = None  # the exact-answer items against the reference
+    verdict: str | None = None  # lossless, near-lossless or lossy
+
+    def verdict_text(self) -> str:
+        return verdict_text(self.verdict, self.distributions, self.answers)
 
     @property
     def recall(self) -> dict[int, float | None]:
@@ -209,18 +315,26 @@ def quality_of(row: Row, rows: Sequence[Row]) -> Row | None:
 def quality_rows(rows: Sequence[Row], reference: Row | None = None) -> list[QualityRow]:
     """One per configuration measured with the quality workload. ``reference`` is a row of the reference
     configuration (the baseline's speed row will do); without one, agreement is left out."""
-    chosen = [r for r in rows if r.record.workload == QUALITY_RECORDS and r.record.quality_outputs]
+    chosen = [r for r in rows if r.record.workload == QUALITY_RECORDS
+              and (r.record.quality_outputs or r.record.forced or r.record.forced_error or r.record.exact_answers)]
     ref = None if reference is None else quality_of(reference, rows)
     out = []
     for row in chosen:
         agree = None
         if ref is not None and row is not ref:
             agree = agreement(ref.record.quality_outputs, row.record.quality_outputs)
+        dist = answers = verdict = None
+        if ref is not None and row is not ref:
+            dist = distributions(ref.record, row.record)
+            answers = answers_verdict(ref.record, row.record)
+            verdict = quality_verdict(dist, answers, same_answers(ref.record, row.record))
+        elif row.record.forced_error:
+            dist = Distributions(None, row.record.forced_error)
         control = control_for(row, chosen)
         spec = None if control is None else agreement(control.record.quality_outputs, row.record.quality_outputs)
         out.append(QualityRow(_display_name(row), row, None if ref is None else _display_name(ref), agree,
                               None if control is None else _display_name(control), spec,
-                              None if spec is None else speculation_change(spec)))
+                              None if spec is None else speculation_change(spec), dist, answers, verdict))
     return out
 
 
@@ -256,6 +370,8 @@ def quality_marks(rows: Sequence[Row], reference: Row | None) -> dict[str, str]:
             if row.record.workload != QUALITY_RECORDS and q.row.label == row.label and q.row.record.alias == row.record.alias:
                 if q.flagged is not None:
                     marks[row.configuration] = "speculation changed the output"
+                elif q.verdict == LOSSY:
+                    marks[row.configuration] = q.verdict_text().split(";")[0]
                 elif q.differs and q.agreement is not None:
                     marks[row.configuration] = f"quality differs ({q.agreement.identical_share:.0%} identical)"
     return marks
@@ -263,7 +379,7 @@ def quality_marks(rows: Sequence[Row], reference: Row | None) -> dict[str, str]:
 
 def quality_cell(q: QualityRow) -> Cell:
     """Agreement with the reference and recall, and the speculation flag."""
-    parts = []
+    parts = [q.verdict_text()] if q.verdict_text() else []
     if q.agreement is not None:
         parts.append(f"agree {_pct(q.agreement.identical_share)}")
     elif q.reference == q.configuration:
@@ -273,8 +389,34 @@ def quality_cell(q: QualityRow) -> Cell:
     if q.flagged is not None:
         parts.append("!! " + q.flag_text())
     return Cell(", ".join(parts) or "-", {
+        **verdict_data(q),
         "agreement": None if q.agreement is None else q.agreement.identical_share,
         "recall": q.recall_share, "quality_flag": q.flag_text() or None})
+
+
+def verdict_data(q: QualityRow) -> dict[str, object]:
+    """The verdicts and their figures as JSON and CSV carry them."""
+    d = None if q.distributions is None else q.distributions.divergence
+    a = q.answers
+    return {
+        "quality_verdict": q.verdict,
+        "mean_kld": None if d is None else d.mean_kld.value,
+        "mean_kld_low": None if d is None else d.mean_kld.low,
+        "mean_kld_high": None if d is None else d.mean_kld.high,
+        "p99_kld": None if d is None else d.p99_kld.value,
+        "same_top": None if d is None else d.same_top.value,
+        "same_top_low": None if d is None else d.same_top.low,
+        "same_top_high": None if d is None else d.same_top.high,
+        "kld_positions": None if d is None else d.positions,
+        "distributions_not_scored": None if q.distributions is None else q.distributions.problem,
+        "answers_verdict": None if a is None else a.kind,
+        "answers_right": None if a is None else a.configuration_right,
+        "answers_reference_right": None if a is None else a.reference_right,
+        "answers_items": None if a is None else a.items,
+        "answers_lost": None if a is None else a.lost,
+        "answers_gained": None if a is None else a.gained,
+        "answers_p": None if a is None else a.p_value,
+    }
 
 
 def quality_tables(rows: Sequence[Row], reference: Row | None = None) -> list[Table]:
@@ -283,9 +425,17 @@ def quality_tables(rows: Sequence[Row], reference: Row | None = None) -> list[Ta
 
 
 def quality_summary(rows: Sequence[Row], reference: Row | None) -> list[Section]:
+    qrows = quality_rows(rows, reference)
+    sections = []
+    verdicts = [f"{q.configuration}: {q.verdict_text()}" for q in qrows if q.verdict_text()]
+    if verdicts:
+        sections.append(Section(f"Quality verdicts against {qrows[0].reference} (token distributions, exact-answer items)"
+                                if qrows[0].reference else "Quality (token distributions)", verdicts))
     changed = [f"{q.configuration}: {q.flag_text() or (q.agreement.describe() if q.agreement else '')}"
-               for q in quality_rows(rows, reference) if q.differs]
-    return [Section("Answers that differ from the reference (quality workload)", changed)] if changed else []
+               for q in qrows if q.differs]
+    if changed:
+        sections.append(Section("Answers that differ from the reference (quality workload)", changed))
+    return sections
 
 
 def quality_table(rows: Sequence[Row], reference: Row | None = None) -> Table | None:
@@ -294,7 +444,8 @@ def quality_table(rows: Sequence[Row], reference: Row | None = None) -> Table | 
     if not qrows:
         return None
     ref_name = qrows[0].reference
-    header = ["Configuration", f"Agreement with {ref_name}" if ref_name else "Agreement", "Mean identical prefix",
+    header = ["Configuration", "Verdict", "Mean KLD (95 % CI)", "p99 KLD", "Same top token",
+              "Exact items (paired)", f"Agreement with {ref_name}" if ref_name else "Agreement", "Mean identical prefix",
               "First difference", "Recall by length (tokens)", "Exact answers", "Compared by", "Notes"]
     lines = []
     for q in qrows:
@@ -307,8 +458,21 @@ def quality_table(rows: Sequence[Row], reference: Row | None = None) -> Table | 
         skipped = sorted({p.skipped for p in q.row.record.recall if p.skipped})
         notes += skipped
         questions = q.row.record.questions
+        dist = None if q.distributions is None else q.distributions.divergence
+        data = verdict_data(q)
+        if q.distributions is not None and q.distributions.problem:
+            notes.append(f"token distributions not scored: {q.distributions.problem}")
+        items = q.row.record.exact_answers
         lines.append([
             Cell(q.configuration, {"configuration": q.configuration}),
+            Cell("reference" if q.reference == q.configuration and q.verdict is None else q.verdict or "-",
+                 {"quality_verdict": q.verdict}),
+            Cell("-" if dist is None else estimate_text(dist.mean_kld, ".3g"),
+                 {k: data[k] for k in ("mean_kld", "mean_kld_low", "mean_kld_high", "kld_positions")}),
+            Cell("-" if dist is None else estimate_text(dist.p99_kld, ".3g"), {"p99_kld": data["p99_kld"]}),
+            Cell("-" if dist is None else estimate_text(dist.same_top, ".1%"),
+                 {k: data[k] for k in ("same_top", "same_top_low", "same_top_high")}),
+            Cell(answers_cell(q.answers, items), {k: v for k, v in data.items() if k.startswith("answers_")}),
             Cell("reference" if a is None and q.reference == q.configuration else
                  "-" if a is None else f"{a.identical_share:.0%} identical",
                  {"agreement": None if a is None else a.identical_share}),
@@ -326,4 +490,12 @@ def quality_table(rows: Sequence[Row], reference: Row | None = None) -> Table | 
             Cell("; ".join(notes), {"quality_flag": q.flag_text() or None}),
         ])
     return Table("Quality", "quality", header, lines,
-                 frozenset({"Configuration", "First difference", "Recall by length (tokens)", "Compared by", "Notes"}))
+                 frozenset({"Configuration", "Verdict", "Exact items (paired)", "First difference",
+                            "Recall by length (tokens)", "Compared by", "Notes"}))
+
+
+def answers_cell(answers: PairedVerdict | None, items: Sequence[ExactAnswer]) -> str:
+    if answers is None:
+        return f"{sum(a.correct for a in items)}/{len(items)} right" if items else "-"
+    return (f"{answers.kind}: {answers.configuration_right}/{answers.items} vs {answers.reference_right} "
+            f"({answers.lost} lost, {answers.gained} gained, p = {answers.p_value:.2g})")
