@@ -1,8 +1,10 @@
 """llm-bench capacity against a real llama-server router on 2 CPU cores.
 
 SmolLM2 presets with 1, 2 and 4 slots (one server thread, so the client keeps a core of its own), a short
-prompt and 64 tokens: the objective (>= 10 t/s per stream, p95 TTFT <= 0.8 s) holds while every stream has a
-slot (TTFT ~0.3 s) and breaks one stream later, when each request waits for a slot (TTFT 1.3 s and more). Two whole
+prompt and 96 tokens: the objective (>= 10 t/s per stream, p95 TTFT <= 1.2 s) holds while every stream has a
+slot (TTFT ~0.3 s) and breaks one stream later, when each request waits for a slot (TTFT 1.5-4 s). The TTFT
+objective also sets the client's allowed lag (1 %, 12 ms): a tighter objective refuses levels whenever the
+shared machine makes the client late. Two whole
 runs over the 1- and 2-slot presets show the larger answer for more slots and its stability; every request is
 checked against the server's own timings and counters. A real SIGINT, a server killed partway, an objective nothing meets, one
 that cannot be checked, and the open loop's seeded arrivals each get their own test.
@@ -34,8 +36,8 @@ from llm_bench.testbed.router import RouterProcess, start_router
 from tests.fake_vllm import FakeVllm, FakeVllmConfig
 
 REPO = Path(__file__).resolve().parents[1]
-MAX_TOKENS = 64
-OBJECTIVE = ["--min-stream-tps", "10", "--max-ttft-s", "0.8"]
+MAX_TOKENS = 96
+OBJECTIVE = ["--min-stream-tps", "10", "--max-ttft-s", "1.2"]
 QUICK = ["--warmup-s", "1", "--window-s", "1", "--min-window-requests", "4"]
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle.\n"
 

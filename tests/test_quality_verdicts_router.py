@@ -63,7 +63,7 @@ def protocol(workloads: tuple[str, ...] = ("standard", "quality"), **quality: ob
 @pytest.fixture(scope="module")
 def measured(bed: RouterProcess, tmp_path_factory: pytest.TempPathFactory) -> Path:
     plan = Plan(url=bed.url, aliases=MEASURED, label="smol", output_dir=tmp_path_factory.mktemp("results"),
-                protocol=protocol(text_tokens=200, exact_items_per_kind=5, exact_difficulties=("easy",)))
+                protocol=protocol(text_tokens=100, exact_items_per_kind=5, exact_difficulties=("easy",)))
     return run_plan(plan, print).path
 
 
@@ -88,7 +88,7 @@ def test_q8_is_near_lossless_q4_lossy_and_self_drafting_lossless(measured: Path)
     for name in (Q8, Q4, SELF_DRAFT):
         print(f"{name}: {q[name].verdict_text()} | {q[name].distributions.describe()}")
     q8, q4 = q[Q8].distributions.divergence, q[Q4].distributions.divergence
-    assert q8.positions >= 500
+    assert q8.positions >= 400
     assert 1e-6 < q8.mean_kld.low and q8.mean_kld.high < q4.mean_kld.low  # separated from zero and each other
     assert (q[Q8].verdict, q[Q4].verdict, q[SELF_DRAFT].verdict) == (NEAR_LOSSLESS, LOSSY, LOSSLESS)
     assert q[SELF_DRAFT].distributions.divergence.mean_kld.value == 0.0
@@ -101,6 +101,7 @@ def test_the_verdicts_reach_the_tables_the_summary_the_html_and_json_csv(measure
     base = find_baseline(rows, PLAIN)
     table = markdown_table(rows, base)
     main, quality = table.split("### Quality")
+    print(quality)  # the README's worked example comes from this table
     line = {name: next(x for x in main.splitlines() if x.startswith(f"| {name} ")) for name in MEASURED}
     assert "lossless" in line[SELF_DRAFT] and "near-lossless (KLD 0.00" in line[Q8] and "lossy (KLD 0.0" in line[Q4]
     assert "answers within noise (" in line[SELF_DRAFT]
