@@ -485,14 +485,26 @@ def results_stem(started_at: datetime, label: str, kind: str | None = None) -> s
     return f"llm-bench-{kind + '-' if kind else ''}{started_at.strftime('%Y%m%d-%H%M%S')}-{safe}"
 
 
-def load_results(path: Path) -> ResultSet:
+def read_toml(path: Path) -> dict[str, Any]:
+    """Any llm-bench file's data, read once; what it holds is told by its ``meta.format``."""
     try:
-        data = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except FileNotFoundError as e:
         raise ResultsFileError(f"{path}: no such results file") from e
     except tomllib.TOMLDecodeError as e:
         raise ResultsFileError(f"{path} is not valid TOML ({e}); is it an llm-bench results file?") from e
+
+
+def file_format(data: dict[str, Any]) -> str | None:
     meta = data.get("meta")
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+    return meta.get("format") if isinstance(meta, dict) else None
+
+
+def result_set_of(path: Path, data: dict[str, Any]) -> ResultSet:
+    if file_format(data) != FORMAT:
         raise ResultsFileError(f"{path} is not an llm-bench results file (no meta.format = {FORMAT!r})")
-    return ResultSet(meta, [AliasRecord.from_toml(a) for a in data.get("aliases", [])])
+    return ResultSet(data["meta"], [AliasRecord.from_toml(a) for a in data.get("aliases", [])])
+
+
+def load_results(path: Path) -> ResultSet:
+    return result_set_of(path, read_toml(path))

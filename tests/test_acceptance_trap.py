@@ -30,6 +30,14 @@ def test_drafting_with_nothing_accepted_is_an_error():
     assert "accepted 9 (0.9%)" in almost.evidence
 
 
+def test_n_gram_drafting_is_not_blamed_on_a_drafters_dtype():
+    ngram = AliasRecord(alias="m", spec=SpecCounters(33, 0, 11), preset_args=["--spec-type", "ngram-simple"])
+    [finding] = check_acceptance(ngram)
+    assert "repeat" in finding.evidence and "dtype" not in finding.evidence + finding.fix
+    [model] = check_acceptance(drafted(33, 0))
+    assert "dtype" in model.evidence and "dtype" in model.fix
+
+
 def test_the_trap_stops_at_1_percent_and_needs_drafting():
     assert ACCEPTANCE_TRAP_RATE == 0.01
     assert check_acceptance(drafted(1000, 10)) == []  # exactly 1 %

@@ -6,7 +6,6 @@ levels). Every level is judged again from its requests, so what is shown is what
 from __future__ import annotations
 
 import functools
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
@@ -38,27 +37,15 @@ class CapacityResults:
         return markdown(self.aliases, self.objective)
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        return tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError):
-        return None
-
-
-def is_capacity_file(path: Path) -> bool:
-    data = _read(path)
-    return data is not None and (data.get("meta") or {}).get("format") == FORMAT
-
-
-def load_capacity(path: Path) -> CapacityResults:
-    data = _read(path)
-    meta = (data or {}).get("meta")
+def capacity_of(path: Path, data: dict[str, Any]) -> CapacityResults:
+    """A capacity results file, as ``results.read_toml`` read it."""
+    meta = data.get("meta")
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ResultsFileError(f"{path} is not an llm-bench capacity results file (no meta.format = {FORMAT!r})")
     goal = meta.get("objective") or {}
     try:
         objective = Objective(float(goal["min_stream_tps"]), float(goal["max_ttft_s"]))
-        aliases = [AliasCapacity.from_toml(a, objective) for a in (data or {}).get("aliases", [])]
+        aliases = [AliasCapacity.from_toml(a, objective) for a in data.get("aliases", [])]
     except (PlanError, KeyError, TypeError, ValueError) as e:
         raise ResultsFileError(f"{path}: a capacity results file with a damaged objective or level ({e})") from e
     return CapacityResults(path, meta, objective, aliases)

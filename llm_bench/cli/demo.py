@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 import click
@@ -24,8 +25,9 @@ from llm_bench.testbed.router import RouterStartError
 def demo(output_dir, **flags) -> None:
     """Build or find a CPU llama-server, serve SmolLM2-135M under several presets, measure speed and quality.
 
-    Defaults sized for 2 cores: 128 output tokens, 3 runs (the fewest for a verdict), the standard and
+    Defaults sized for 2 cores: 96 output tokens, 3 runs (the fewest for a verdict), the standard and
     quality workloads; then the depth and session workloads on two presets of their own."""
+    started = time.monotonic()
     try:
         out = run_demo(output_dir, apply_protocol_flags(DEMO_PROTOCOL, flags), log)
     except RunAborted as e:
@@ -38,4 +40,4 @@ def demo(output_dir, **flags) -> None:
     click.echo(out.table.read_text())
     log(f"Results: {out.results}" + (f" and {out.agent_results}" if out.agent_results else "")
         + f"\nTable:   {out.table}\nChart:   {out.chart}" + (f" and {out.depth_chart}" if out.depth_chart else "")
-        + f"\nHTML:    {out.html}")
+        + f"\nHTML:    {out.html}\nThe demo took {time.monotonic() - started:.0f} s.")

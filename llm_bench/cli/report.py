@@ -10,10 +10,10 @@ from llm_bench.capacity.chart import draw_capacity_chart
 from llm_bench.capacity.report import (
     CapacityResults,
     capacity_html,
+    capacity_of,
     capacity_provenance,
-    is_capacity_file,
-    load_capacity,
 )
+from llm_bench.capacity.session import FORMAT as CAPACITY_FORMAT
 from llm_bench.cli.exits import CouldNotRun
 from llm_bench.cli.options import log, parse_fraction
 from llm_bench.gpu.telemetry import draw_telemetry_chart
@@ -21,10 +21,10 @@ from llm_bench.report import find_baseline, load_sets, markdown_table, rows_of
 from llm_bench.report.chart import draw_chart
 from llm_bench.report.export import to_csv, to_json
 from llm_bench.report.html import write_html
-from llm_bench.report.rows import load_inputs, speed_rows
+from llm_bench.report.rows import inputs_of, speed_rows
 from llm_bench.report.table import power_table, telemetry_table
 from llm_bench.report.verdict import MIN_EFFECT
-from llm_bench.results import ResultsFileError
+from llm_bench.results import ResultsFileError, file_format, read_toml
 from llm_bench.support.plotting import ChartError
 from llm_bench.tables import Row, markdown
 from llm_bench.workloads import REGISTRY
@@ -53,12 +53,13 @@ def report(results, baseline, output_format, table_key, chart_path, html_path, m
     by `llm-bench capacity` print their answers and levels, and draw their curve (--chart, --html)."""
     effect = None if min_effect is None else parse_fraction(min_effect, "--min-effect", zero_ok=True)
     try:
-        capacity = [load_capacity(p) for p in results if is_capacity_file(p)]
-        others = [p for p in results if p not in {c.path for c in capacity}]
+        files = {path: read_toml(path) for path in results}
+        capacity = [capacity_of(p, data) for p, data in files.items() if file_format(data) == CAPACITY_FORMAT]
+        others = {p: data for p, data in files.items() if file_format(data) != CAPACITY_FORMAT}
         if capacity and output_format != "markdown":
             raise CouldNotRun(f"--format {output_format} does not cover capacity results: their every figure is "
                               "in the TOML file itself; use the Markdown output, --chart or --html")
-        sets, power = load_inputs(others)
+        sets, power = inputs_of(others)
         rows = rows_of(sets)
         base = find_baseline(rows, baseline)
         if capacity and not others:

@@ -14,6 +14,7 @@ from llm_bench.diagnostics.settings import Checks
 from llm_bench.engines.metrics import parse_prometheus
 from llm_bench.gpu import roofline
 from llm_bench.gpu.nvml import Nvml, PcieLink, VramReading, XidEvent
+from llm_bench.preset_args import preset_facts
 from llm_bench.results import AliasRecord
 
 # llama.cpp src/llama-model.cpp: LLAMA_LOG_INFO("%s: offloaded %d/%d layers to GPU\n", ...)
@@ -193,6 +194,20 @@ def check_roofline(record: AliasRecord, min_fraction: float = Checks.roofline_mi
 ACCEPTANCE_TRAP_RATE = 0.01
 
 
+def _is_ngram(preset_args: Sequence[str]) -> bool:
+    # n-gram drafting has no drafter whose dtype or vocabulary could be wrong: it drafts from the context
+    facts = preset_facts(preset_args)
+    return facts.get("spec_type", "").startswith("ngram") and "model_draft" not in facts
+
+
+def _trap_cause(preset_args: Sequence[str]) -> str:
+    if _is_ngram(preset_args):
+        return ("N-gram drafting proposes what repeats the context, and this output repeats little of it; it pays "
+                "off where answers copy their context (code edits, agents' tool results).")
+    return ("Known cause: the target runs in a different dtype from the one the drafter was trained with "
+            "(e.g. vLLM --dtype half instead of bfloat16); also check that the drafter belongs to this target model.")
+
+
 def check_acceptance_trap(record: AliasRecord, log: Callable[[str], None]) -> None:
     """A drafting server that accepts (nearly) nothing: a warning on the record, and said at once."""
     spec = record.spec
@@ -203,9 +218,7 @@ def check_acceptance_trap(record: AliasRecord, log: Callable[[str], None]) -> No
         f"ACCEPTANCE TRAP: the server drafted {spec.draft_tokens:.0f} tokens and accepted "
         f"{spec.accepted_tokens:.0f} ({spec.acceptance_rate:.1%}"
         + (f", mean acceptance length {length:.2f}" if length is not None else "")
-        + "): speculative decoding only costs time here. Known cause: the target runs in a different dtype "
-        "from the one the drafter was trained with (e.g. vLLM --dtype half instead of bfloat16); also check "
-        "that the drafter belongs to this target model."
+        + "): speculative decoding only costs time here. " + _trap_cause(record.preset_args)
     )
     record.warnings.append(message)
     log("  !!! " + message)
@@ -215,10 +228,11 @@ def check_acceptance(record: AliasRecord) -> list[Finding]:
     """The workloads' acceptance-trap check, turned into a finding."""
     before = len(record.warnings)
     check_acceptance_trap(record, lambda message: None)
-    return [Finding("acceptance", ERROR, w.removeprefix("ACCEPTANCE TRAP: "),
-                    "serve the target in the dtype its drafter was trained with (bfloat16, not --dtype half), "
-                    "use a drafter made for this model, or turn speculative decoding off")
-            for w in record.warnings[before:]]
+    fix = ("turn n-gram drafting off for this workload, or measure it where outputs repeat their context"
+           if _is_ngram(record.preset_args) else
+           "serve the target in the dtype its drafter was trained with (bfloat16, not --dtype half), "
+           "use a drafter made for this model, or turn speculative decoding off")
+    return [Finding("acceptance", ERROR, w.removeprefix("ACCEPTANCE TRAP: "), fix) for w in record.warnings[before:]]
 
 
 # --- vLLM: the dtype trap, the acceptance trap in its log, prefix caching ---------------------------

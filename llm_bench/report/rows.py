@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from llm_bench.preset_args import preset_facts
 from llm_bench.report.backends import split_by_backend
 from llm_bench.report.verdict import Verdict, verdict
-from llm_bench.results import AliasRecord, ResultSet, ResultsFileError, load_results
+from llm_bench.results import AliasRecord, ResultSet, file_format, load_results, result_set_of
 from llm_bench.tables import Row
 from llm_bench.workloads import REGISTRY
 from llm_bench.workloads.standard import STANDARD
@@ -38,25 +38,14 @@ def load_sets(paths: Sequence[Path]) -> list[ResultSet]:
     return [load_results(p) for p in paths]
 
 
-def _power_sweep(path: Path) -> dict | None:
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError):
-        return None
-    return data if (data.get("meta") or {}).get("format") == POWER_FORMAT else None
-
-
-def load_inputs(paths: Sequence[Path]) -> tuple[list[ResultSet], list[PowerSweep]]:
-    """Results files and power-sweep files, told apart by their ``meta.format``."""
+def inputs_of(files: Mapping[Path, dict[str, Any]]) -> tuple[list[ResultSet], list[PowerSweep]]:
+    """Results files and power-sweep files (as ``results.read_toml`` read them), told apart by ``meta.format``."""
     sets, sweeps = [], []
-    for path in paths:
-        try:
-            sets.append(load_results(path))
-        except ResultsFileError:
-            data = _power_sweep(path)
-            if data is None:
-                raise
+    for path, data in files.items():
+        if file_format(data) == POWER_FORMAT:
             sweeps.append(PowerSweep(path, data["meta"], list(data.get("limits", []))))
+        else:
+            sets.append(result_set_of(path, data))
     return sets, sweeps
 
 
