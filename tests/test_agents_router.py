@@ -28,6 +28,7 @@ from llm_bench.runner import run_plan
 from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.testbed.router import RouterProcess, start_router
 from llm_bench.workloads import workload
+from tests.short_session import write_short_session
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BUDGET = 8  # --reasoning-budget: the server forces </think> after this many reasoning tokens
@@ -198,10 +199,11 @@ def test_the_session_summary_and_turns_are_in_the_tables_and_exports(session_run
 
 
 def test_a_template_that_rewrites_earlier_turns_is_flagged(bed, tmp_path):
+    session = write_short_session(tmp_path / "session.json")
     _path, (record,) = measure(bed, tmp_path, ("smol-rewrite",), workloads=("session",), temperature=0.0,
-                               settings={"session": {"max_tokens": 4, "max_context": 2400}})
+                               settings={"session": {"max_tokens": 4, "session_file": str(session)}})
     warm = record.session.warm
-    assert len(warm) >= 2
+    assert len(warm) == 2 and warm[1].prompt_tokens > warm[0].prompt_tokens + 200
     for turn in warm[1:]:
         assert turn.cache_n < 0.1 * turn.prompt_tokens  # the server's counter: the prefix changed at the start
         assert "rewrote earlier turns" in turn.reuse_flag

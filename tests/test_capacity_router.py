@@ -168,7 +168,7 @@ def test_open_loop_arrivals_are_seeded_poisson_and_the_search_stops_by_itself(sl
     out = folder / "open"
     result = CliRunner().invoke(main, capacity_args(
         router.url, folder, out, "--alias", "p2", "--loop", "open", "--start-rate-per-min", "24",
-        "--rate-resolution", "0.5", "--window-s", "3", "--max-requests", "45", "--arrival-seed", "7"))
+        "--rate-resolution", "0.5", "--window-s", "3", "--max-requests", "24", "--arrival-seed", "7"))
     assert result.exit_code == OK, result.output
     (search,) = load(out)["aliases"][0]["searches"]
     assert search["loop"] == "open" and search["stopped_by"] in ("found", "max_requests", "none-meets")

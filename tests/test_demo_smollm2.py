@@ -24,7 +24,7 @@ def test_the_bed_has_every_preset_the_readme_describes(smollm2: Path, bed: Path)
     assert not text.startswith("version")  # older routers turn such a line into a phantom model
     parser.read_string(text)
     presets = {name: dict(parser[name]) for name in parser.sections()}
-    assert set(presets) == {"*", SMOL_BASELINE, "smol-self-draft", "smol-ngram", "smol-kv-q8", "smol-kv-q4",
+    assert set(presets) == {"*", SMOL_BASELINE, "smol-self-draft", "smol-kv-q8", "smol-kv-q4",
                             "smol-random-draft", "smol-synth", *AGENT_PRESETS}
     assert all(p["model"] == str(smollm2) for name, p in presets.items() if name != "*")
     assert presets["smol-self-draft"]["model-draft"] == str(smollm2)

@@ -26,19 +26,21 @@ from llm_bench.report.html import render_html
 from llm_bench.results import AliasRecord, ResultSet, RunRecord
 from llm_bench.workloads.depth import DEPTH
 from llm_bench.workloads.session import SESSION
+from tests.short_session import write_short_session
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-# Three of the demo's presets keep the test short: the baseline, n-gram drafting, and a random drafter (the
-# acceptance trap's warning in the summary).
-DEMO_PRESETS = ["smol-ngram", "smol-plain", "smol-random-draft"]
+# Two of the demo's presets keep the test short: the baseline and a random drafter (the acceptance trap's
+# warning in the summary).
+DEMO_PRESETS = ["smol-plain", "smol-random-draft"]
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     folder = tmp_path_factory.mktemp("demo")
     # and one of the demo's agent presets, for the depth and session workloads, sized down
-    protocol = Protocol(max_tokens=16, runs=3).with_settings(DEPTH, {"depths": (0, 1024)}).with_settings(
-        SESSION, {"max_tokens": 4, "max_context": 3000})
+    session = write_short_session(folder / "session.json")
+    protocol = Protocol(max_tokens=16, runs=3).with_settings(DEPTH, {"depths": (0, 512)}).with_settings(
+        SESSION, {"max_tokens": 4, "session_file": str(session)})
     return run_demo(folder, protocol, lambda line: None, presets=(*DEMO_PRESETS, "smol-agent"))
 
 
