@@ -94,6 +94,8 @@ def test_q8_is_near_lossless_q4_lossy_and_self_drafting_lossless(measured: Path)
     assert q[SELF_DRAFT].distributions.divergence.mean_kld.value == 0.0
     assert q[SELF_DRAFT].answers.lost == q[SELF_DRAFT].answers.gained == 0 and q[SELF_DRAFT].answers.items == 20
     assert q[PLAIN].verdict is None and q[PLAIN].reference == PLAIN
+    # speculation is checked against a control; a KV cache type is not speculative: no control
+    assert q[SELF_DRAFT].control == PLAIN and q[Q8].control is None and q[Q4].control is None
 
 
 def test_the_verdicts_reach_the_tables_the_summary_the_html_and_json_csv(measured: Path, tmp_path: Path) -> None:
