@@ -118,7 +118,7 @@ def write_smollm2_bed(folder: Path, model: Path, presets: tuple[str, ...] | None
 # interval 90 %; 2 against 2, 67 %). One recall probe of 2,560 tokens: at 1,536 SmolLM2 finds the needle at one
 # depth or the other by chance, preset to preset. The depth and session workloads run on their own two presets
 # (AGENT_PRESETS), with depths that fit n_ctx 4096 and the session's first two turns (its third, at 3,300
-# tokens of context, would take half a minute cold on each preset). N-gram drafting is measured there only:
+# tokens of context, would take about 20 s more on each preset, warm and cold). N-gram drafting is measured there only:
 # on the standard prompts it drafts nothing.
 DEMO_PROTOCOL = Protocol(max_tokens=96, runs=3, workloads=(STANDARD.name, QUALITY.name)).with_settings(
     QUALITY, {"max_tokens": 64, "recall_lengths": (2560,), "recall_depths": (0.5,),

@@ -491,6 +491,10 @@ def read_toml(path: Path) -> dict[str, Any]:
         return tomllib.loads(path.read_text())
     except FileNotFoundError as e:
         raise ResultsFileError(f"{path}: no such results file") from e
+    except UnicodeDecodeError as e:
+        raise ResultsFileError(f"{path} is not a text file ({e}); is it an llm-bench results file?") from e
+    except OSError as e:
+        raise ResultsFileError(f"{path} cannot be read: {e.strerror or e}") from e
     except tomllib.TOMLDecodeError as e:
         raise ResultsFileError(f"{path} is not valid TOML ({e}); is it an llm-bench results file?") from e
 

@@ -363,6 +363,15 @@ def test_report_refuses_json_of_capacity_results(tmp_path):
     assert result.exit_code == COULD_NOT_RUN and "does not cover capacity results" in result.output
 
 
+def test_a_file_given_twice_is_shown_once(tmp_path, monkeypatch):
+    capacity_results_file(tmp_path / "capacity.toml")
+    monkeypatch.chdir(tmp_path)
+    once = CliRunner().invoke(main, ["report", "capacity.toml"])
+    twice = CliRunner().invoke(main, ["report", "capacity.toml", str(tmp_path / "capacity.toml")])
+    assert once.exit_code == twice.exit_code == 0 and once.output
+    assert twice.output == once.output
+
+
 # --- prompts from a session's turns ---
 
 SESSION = parse_session([{"role": "system", "content": "s"}, {"role": "user", "content": "u1"},

@@ -4,10 +4,10 @@ SmolLM2 presets with 1, 2 and 4 slots (one server thread, so the client keeps a 
 prompt and 96 tokens: the objective (>= 10 t/s per stream, p95 TTFT <= 1.2 s) holds while every stream has a
 slot (TTFT ~0.3 s) and breaks one stream later, when each request waits for a slot (TTFT 1.5-4 s). The TTFT
 objective also sets the client's allowed lag (1 %, 12 ms): a tighter objective refuses levels whenever the
-shared machine makes the client late. A run over the
-2- and 1-slot presets shows the larger answer for more slots, a second over the 2-slot one its stability; every request is
-checked against the server's own timings and counters. A real SIGINT, a server killed partway, an objective nothing meets, one
-that cannot be checked, and the open loop's seeded arrivals each get their own test.
+shared machine makes the client late. A run over the 2- and 1-slot presets shows the larger answer for
+more slots, a second over the 2-slot one its stability; every request is checked against the server's own
+timings and counters. A real SIGINT, a server killed partway, an objective nothing meets, one that cannot
+be checked, and the open loop's seeded arrivals each get their own test.
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ from llm_bench.workloads.session import SESSION
 from tests.short_session import write_short_session
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-# Two of the demo's presets keep the test short: the baseline and a random drafter (the acceptance trap's
-# warning in the summary).
+# Two of the demo's presets keep the test short: the baseline and a random drafter (a comparison with a
+# verdict).
 DEMO_PRESETS = ["smol-plain", "smol-random-draft"]
 
 

@@ -2,7 +2,8 @@
 
 One run measures a plain preset, the model drafting for itself, a random drafter whose drafts are all
 rejected and synthetic acceptance with the random drafter; then the report must flag exactly the
-synthetic one (KV cache types and the verdicts: test_quality_verdicts_router), and recall and accuracy must be in the results, the table and the quality table.
+synthetic one (KV cache types and the verdicts: test_quality_verdicts_router), and recall and accuracy
+must be in the results, the table and the quality table.
 """
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+import re
 import tomllib
 from datetime import datetime, timezone
 
@@ -75,6 +76,11 @@ def test_not_a_results_file(tmp_path):
     path.write_text("a = \n")
     with pytest.raises(ResultsFileError, match="not valid TOML"):
         load_results(path)
+    path.write_bytes(b"\x89PNG\r\n")  # a chart given by mistake
+    with pytest.raises(ResultsFileError, match=re.escape(f"{path} is not a text file")):
+        load_results(path)
+    with pytest.raises(ResultsFileError, match=re.escape(f"{tmp_path} cannot be read")):
+        load_results(tmp_path)  # a folder: IsADirectoryError
 
 
 def test_percentile_interpolates_like_numpy():

@@ -53,7 +53,8 @@ def report(results, baseline, output_format, table_key, chart_path, html_path, m
     by `llm-bench capacity` print their answers and levels, and draw their curve (--chart, --html)."""
     effect = None if min_effect is None else parse_fraction(min_effect, "--min-effect", zero_ok=True)
     try:
-        files = {path: read_toml(path) for path in results}
+        # a file given twice (under any spelling of its path) is read and shown once
+        files = {path: read_toml(path) for path in {p.resolve(): p for p in results}.values()}
         capacity = [capacity_of(p, data) for p, data in files.items() if file_format(data) == CAPACITY_FORMAT]
         others = {p: data for p, data in files.items() if file_format(data) != CAPACITY_FORMAT}
         if capacity and output_format != "markdown":
