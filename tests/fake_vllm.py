@@ -12,9 +12,9 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
-from llm_bench.testbed.router import free_port
+from tests.local_http import JsonHandler, LocalServer
 
 
 @dataclass
@@ -50,23 +50,12 @@ class FakeVllmState:
     auth_headers: list[str | None] = field(default_factory=list)
 
 
-class FakeVllm:
+class FakeVllm(LocalServer):
     def __init__(self, config: FakeVllmConfig | None = None):
         self.config = config or FakeVllmConfig()
         self.state = FakeVllmState()
         self.lock = threading.Lock()
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> FakeVllm:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__()
 
     def metrics_text(self) -> str:
         s, m = self.state, self.config.model
@@ -92,19 +81,8 @@ class FakeVllm:
     def _handler(self):
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(JsonHandler):
             protocol_version = "HTTP/1.0"
-
-            def log_message(self, *args) -> None:
-                pass
-
-            def _json(self, status: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
 
             def _authorised(self) -> bool:
                 header = self.headers.get("Authorization")

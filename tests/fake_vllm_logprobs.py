@@ -14,13 +14,11 @@ configuration), ``vocab_shift`` tokenises differently (another model).
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 
-from llm_bench.testbed.router import free_port
+from tests.local_http import JsonHandler, LocalServer
 
 VOCAB = 64
 BOS = 0
@@ -67,38 +65,16 @@ def prompt_logprobs(ids: list[int], k: int, model: FakeModel, short: bool) -> li
     return listed
 
 
-class FakeVllmLogprobs:
+class FakeVllmLogprobs(LocalServer):
     def __init__(self, config: FakeVllmLogprobsConfig | None = None):
         self.config = config or FakeVllmLogprobsConfig()
         self.requests: list[tuple[str, dict]] = []
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> FakeVllmLogprobs:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__()
 
     def _handler(self):
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def _json(self, status: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JsonHandler):
             def _error(self, status: int, message: str) -> None:
                 self._json(status, {"error": {"message": message, "type": "BadRequestError", "param": None,
                                               "code": status}})

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from llm_bench.capacity.answer import answer_sentence, markdown
 from llm_bench.capacity.chart import draw_capacity_chart
 from llm_bench.capacity.loops import Budget, Phases, clock
-from llm_bench.capacity.prompts import SessionPrompts
+from llm_bench.capacity.prompts import PlanPrompt, SessionPrompts
 from llm_bench.capacity.records import (
     OVERLOADED,
     WINDOW,
@@ -382,6 +382,7 @@ SESSION = parse_session([{"role": "system", "content": "s"}, {"role": "user", "c
 def test_each_stream_replays_its_own_conversation_turn_by_turn():
     base = ChatRequest("m", "the plan's prompt", 16, 0.0, 1, prompt_cache=True)
     prompts = SessionPrompts.of(base, SESSION)
+    assert prompts.probe.turn == 1 and PlanPrompt(base).probe.turn is None  # the probe's record says so too
     level = prompts.level()
     sent = [(stream, level(stream)) for _ in range(4) for stream in (0, 1)]
     for stream in (0, 1):

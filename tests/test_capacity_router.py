@@ -290,6 +290,7 @@ def test_session_prompts_replay_the_turns_with_the_servers_own_counts(slots_bed)
     assert "3 of its 3 turns per conversation" in result.output
     data = load(out)
     assert data["meta"]["capacity"]["session_file"] == str(session_file)
+    assert [p["turn"] for p in data["aliases"][0]["probes"]] == [1, 1]  # the probe sends the first turn
     levels = data["aliases"][0]["searches"][0]["levels"]
     assert [lv["level"] for lv in levels] == [1, 2]
     growth: set[tuple[int, int]] = set()

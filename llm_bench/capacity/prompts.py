@@ -37,10 +37,14 @@ NextPrompt = Callable[[int | None], Prompt]
 class PlanPrompt:
     """The plan's prompt (``--prompt``, ``--prompt-file``), the same for every request."""
 
-    probe: ChatRequest
+    request: ChatRequest
+
+    @property
+    def probe(self) -> Prompt:
+        return Prompt(self.request)
 
     def level(self) -> NextPrompt:
-        prompt = Prompt(self.probe)
+        prompt = self.probe
         return lambda _stream: prompt
 
 
@@ -81,9 +85,9 @@ class SessionPrompts:
         return cls(replace(request, tools=session.tools or None), session, session.turns())
 
     @property
-    def probe(self) -> ChatRequest:
+    def probe(self) -> Prompt:
         """The first turn, in a conversation of its own."""
-        return self.level()(None).request
+        return self.level()(None)
 
     def level(self) -> NextPrompt:
         return _Conversations(self.base, self.session, self.turns)

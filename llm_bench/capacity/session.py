@@ -13,14 +13,13 @@ from typing import Any
 
 from llm_bench.capacity.answer import amount, answer_sentence
 from llm_bench.capacity.loops import Budget, LevelAborted, LevelInterrupted, clock, closed_level, open_level
-from llm_bench.capacity.prompts import PlanPrompt, Prompts, SessionPrompts
+from llm_bench.capacity.prompts import PlanPrompt, Prompt, Prompts, SessionPrompts
 from llm_bench.capacity.records import PROBE, AliasCapacity, Level, RequestRecord, Search, request_record
 from llm_bench.capacity.search import bracket, next_rate, next_streams
 from llm_bench.capacity.settings import CapacityPlan, CapacitySettings, Objective
 from llm_bench.capacity.slots import SlotWatch
 from llm_bench.engines import Engine, open_engine, select_models
 from llm_bench.engines.errors import ServerError, ServerUnreachable
-from llm_bench.engines.stream import ChatRequest
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.plan import Protocol
 from llm_bench.results import reserve_path, results_stem, write_toml
@@ -83,15 +82,15 @@ def uncheckable(probe: RequestRecord, server_decode_rate: bool) -> str | None:
     return None
 
 
-def probe(engine: Engine, request: ChatRequest) -> list[RequestRecord]:
+def probe(engine: Engine, prompt: Prompt) -> list[RequestRecord]:
     """Two requests alone: the first loads the model (not timed for anything), the second is the one the
     objective's check and the open loop's first rate read."""
     records = []
     for _ in range(2):
         start = clock()
-        m = engine.stream(request)
+        m = engine.stream(prompt.request)
         records.append(request_record(m, level=0, phase=PROBE, scheduled=m.sent_at, origin=start,
-                                      server_decode_rate=engine.capabilities.server_decode_rate))
+                                      server_decode_rate=engine.capabilities.server_decode_rate, turn=prompt.turn))
     return records
 
 
