@@ -97,3 +97,15 @@ def test_plan_checks_section(tmp_path):
     plan_file.write_text('[checks]\npower_flor_w = 250\n')
     with pytest.raises(PlanError, match=r"\[checks\]: unknown key\(s\) power_flor_w"):
         plan_from_mapping(load_plan_file(plan_file))
+
+
+def test_report_names_a_file_it_does_not_read(tmp_path):
+    soak = tmp_path / "soak.toml"
+    soak.write_text('[meta]\nformat = "llm-bench-soak/1"\n')
+    result = CliRunner().invoke(main, ["report", str(soak)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"{soak}: its meta.format is 'llm-bench-soak/1'; `llm-bench report` reads" in result.output
+    assert "power ('llm-bench-power/1') and capacity ('llm-bench-capacity/1')" in result.output
+    other = tmp_path / "other.toml"
+    other.write_text("a = 1\n")
+    assert "it has no meta.format" in CliRunner().invoke(main, ["report", str(other)]).output

@@ -21,9 +21,10 @@ from llm_bench.report import find_baseline, load_sets, markdown_table, rows_of
 from llm_bench.report.chart import draw_chart
 from llm_bench.report.export import to_csv, to_json
 from llm_bench.report.html import write_html
-from llm_bench.report.rows import inputs_of, speed_rows
+from llm_bench.report.rows import POWER_FORMAT, inputs_of, speed_rows
 from llm_bench.report.table import power_table, telemetry_table
 from llm_bench.report.verdict import MIN_EFFECT
+from llm_bench.results import FORMAT as RESULTS_FORMAT
 from llm_bench.results import ResultsFileError, file_format, read_toml
 from llm_bench.support.plotting import ChartError
 from llm_bench.tables import Row, markdown
@@ -55,6 +56,9 @@ def report(results, baseline, output_format, table_key, chart_path, html_path, m
     try:
         # a file given twice (under any spelling of its path) is read and shown once
         files = {path: read_toml(path) for path in {p.resolve(): p for p in results}.values()}
+        for path, data in files.items():
+            if file_format(data) not in READ:
+                raise CouldNotRun(_not_read(path, file_format(data)))
         capacity = [capacity_of(p, data) for p, data in files.items() if file_format(data) == CAPACITY_FORMAT]
         others = {p: data for p, data in files.items() if file_format(data) != CAPACITY_FORMAT}
         if capacity and output_format != "markdown":
@@ -91,6 +95,16 @@ def report(results, baseline, output_format, table_key, chart_path, html_path, m
             log(f"HTML report written to {html_path}")
     except (ResultsFileError, ChartError, ValueError) as e:
         raise CouldNotRun(str(e)) from e
+
+
+# What ``report`` reads: results of run, tune, sweep and demo; power sweeps; capacity searches.
+READ = (RESULTS_FORMAT, POWER_FORMAT, CAPACITY_FORMAT)
+
+
+def _not_read(path: Path, found: str | None) -> str:
+    what = f"its meta.format is {found!r}" if found else "it has no meta.format"
+    return (f"{path}: {what}; `llm-bench report` reads the results files of run, tune, sweep and demo "
+            f"({RESULTS_FORMAT!r}), power ({POWER_FORMAT!r}) and capacity ({CAPACITY_FORMAT!r})")
 
 
 def _capacity_charts(capacity: list[CapacityResults], path: Path) -> None:
