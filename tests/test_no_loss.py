@@ -58,7 +58,10 @@ def test_streams_of_a_batch_overlap(router_factory, bed):
 
 
 def test_128_streams_are_not_queued_by_the_client(router_factory, bed):
-    router = eight_slots(router_factory, bed, 128, 128 * 128)
+    # 512 tokens of context a slot, so that every stream generates its 384 tokens: with 128 a slot, the streams
+    # stopped after 235 tokens (about 5 s), and once on a busy machine the first ended before the client had
+    # written the last
+    router = eight_slots(router_factory, bed, 128, 128 * 512)
     engine = open_engine("llama-cpp", router.url, timeout=120, streams=128)
     try:
         request = ChatRequest("tiny", "Hi", 384, 1.0, 42, prompt_cache=False)
@@ -66,7 +69,7 @@ def test_128_streams_are_not_queued_by_the_client(router_factory, bed):
         measurements, errors, _ = simultaneous(engine, request, 128)
     finally:
         engine.close()
-    assert errors == [] and len(measurements) == 128
+    assert errors == [] and len(measurements) == 128 and {m.output_tokens for m in measurements} == {384}
     # a request the client's pool held back could go onto a connection only after some stream ended
     assert all(m.written_at is not None for m in measurements)
     assert max(m.written_at for m in measurements) < min(m.done_at for m in measurements)
