@@ -4,7 +4,9 @@ Each chat completion is answered from a script: the response head and every even
 offset from the moment the request was fully read, Nagle off, one TCP segment each, and the server
 notes when each left (``time.perf_counter``, the clock llm-bench itself reads). So a test knows the
 truth exactly: the first content token left 550 ms after the request arrived, whatever the client
-makes of it. GET requests are answered from a table of JSON bodies (404 otherwise).
+makes of it. Each moment is noted just before its send, the earliest the client can read it, so a
+client's figure is never below the truth however the threads are scheduled. GET requests are answered
+from a table of JSON bodies (404 otherwise).
 """
 
 from __future__ import annotations
@@ -151,12 +153,13 @@ class ScriptedServer:
             self._send_json(conn, exchange, reply.status, reply.body or {})
             return
         self._wait_until(read_at + reply.head_at)
-        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
         exchange.head_sent_at = time.perf_counter()
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
         for at, piece in reply.pieces:
             self._wait_until(read_at + at)
-            conn.sendall(piece)
+            # noted before the send: the client may read the piece before this thread runs again
             exchange.sent_at.append(time.perf_counter())
+            conn.sendall(piece)
 
     @staticmethod
     def _wait_until(moment: float) -> None:
@@ -168,9 +171,9 @@ class ScriptedServer:
     @staticmethod
     def _send_json(conn: socket.socket, exchange: Exchange, status: int, body: Any) -> None:
         payload = json.dumps(body).encode()
+        exchange.head_sent_at = time.perf_counter()
         conn.sendall(f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
                      f"Connection: close\r\n\r\n".encode() + payload)
-        exchange.head_sent_at = time.perf_counter()
 
 
 @contextmanager
