@@ -34,8 +34,17 @@ def test_n_gram_drafting_is_not_blamed_on_a_drafters_dtype():
     ngram = AliasRecord(alias="m", spec=SpecCounters(33, 0, 11), preset_args=["--spec-type", "ngram-simple"])
     [finding] = check_acceptance(ngram)
     assert "repeat" in finding.evidence and "dtype" not in finding.evidence + finding.fix
-    [model] = check_acceptance(drafted(33, 0))
-    assert "dtype" in model.evidence and "dtype" in model.fix
+    drafter = AliasRecord(alias="m", spec=SpecCounters(33, 0, 11),
+                          preset_args=["--spec-type", "draft-simple", "--model-draft", "d.gguf"])
+    [model] = check_acceptance(drafter)
+    assert "dtype" in model.evidence and "dtype" in model.fix and "repeat" not in model.evidence + model.fix
+
+
+def test_a_server_that_does_not_say_how_it_drafts_is_given_the_cause_of_each_kind():
+    # an OpenAI server reports no preset arguments: a drafter's dtype or n-gram drafting, both named
+    [unknown] = check_acceptance(drafted(33, 0))
+    assert "dtype" in unknown.evidence and "repeats little of its context" in unknown.evidence
+    assert "bfloat16" in unknown.fix and "n-gram" in unknown.fix
 
 
 def test_the_trap_stops_at_1_percent_and_needs_drafting():
@@ -63,6 +72,15 @@ def test_vllm_v0s_line_is_a_trap_below_1_percent_while_drafting():
     assert check_acceptance_log(V0.format(rate="0.9", drafted="400"))[0].check == "acceptance-log"
     assert check_acceptance_log(V0.format(rate="1.0", drafted="400")) == []
     assert check_acceptance_log(V0.format(rate="0.0", drafted="0")) == []
+
+
+def test_vllms_line_names_n_gram_drafting_where_the_configuration_says_so():
+    line = V1.format(length="1.00", drafted="259.68")
+    [ngram] = check_acceptance_log(line, "vllm.log", "ngram")
+    assert "this output repeats little of it" in ngram.evidence and "dtype" not in ngram.evidence + ngram.fix
+    for method in ("eagle3", None):  # a drafter, or nothing known: the drafter's dtype
+        [drafter] = check_acceptance_log(line, "vllm.log", method)
+        assert "repeat" not in drafter.evidence and "bfloat16" in drafter.fix
 
 
 def test_the_latest_line_decides():

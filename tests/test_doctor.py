@@ -264,6 +264,21 @@ def test_dtype_half_with_a_drafter_from_the_command_line_the_compose_file_and_me
     assert checks.check_dtype_with_speculation(checks.vllm_config([], {".env": "VLLM_DTYPE=half\nSPEC=off\n"})) == []
 
 
+def test_vllms_n_gram_drafting_has_no_drafter_whose_dtype_could_be_wrong():
+    ngram = ("vllm serve Qwen/Qwen3-8B --dtype half --speculative-config "
+             "'{\"method\": \"ngram\", \"num_speculative_tokens\": 5, \"prompt_lookup_max\": 4}'")
+    config = checks.vllm_config([ngram])
+    assert config.speculative and config.speculative_method == "ngram" and config.drafts_from_context
+    assert checks.check_dtype_with_speculation(config) == []
+    older = "python -m vllm.entrypoints.openai.api_server --model m --dtype half --speculative-model [ngram]"
+    assert checks.vllm_config([older]).speculative_method == "ngram"
+    assert checks.check_dtype_with_speculation(checks.vllm_config([], {".env": "VLLM_DTYPE=half\nSPEC=suffix\n"})) == []
+    # the methods with a drafter keep the trap: the report's dflash, the compose file's mtp
+    assert checks.vllm_config([REPORT_CMDLINE]).speculative_method == "dflash"
+    compose = {"docker-compose.yml": (FIXTURES / "vllm-compose.yml").read_text()}
+    assert checks.vllm_config([], compose).speculative_method == "mtp"
+
+
 def test_acceptance_trap_from_vllms_log_line():
     [finding] = checks.check_acceptance_log((FIXTURES / "vllm-spec-trap.log").read_text(), "vllm.log")
     assert finding.severity == ERROR and finding.check == "acceptance-log"
@@ -360,6 +375,18 @@ def test_doctor_reports_the_reports_vllm_traps_and_xid_lines_with_exit_1(fake_nv
     assert "WARNING [prefix-cache] prefix caching is off (" in out and "PREFIX_CACHE=0" in out
 
 
+def test_the_doctor_names_n_gram_drafting_where_vllms_command_line_says_so(fake_nvml, tmp_path):
+    fake_nvml(FakeNvml(gpus=[FakeGpu()]))
+    ngram = REPORT_CMDLINE.split(" --speculative-config ")[0] + ' --speculative-config {"method":"ngram"}'
+    (tmp_path / "kernel.log").write_text("")
+    with FakeVllm(FakeVllmConfig()) as vllm:
+        result = doctor("--engine", "openai", "--url", vllm.url, "--vllm-cmdline", ngram,
+                        "--log-file", str(FIXTURES / "vllm-spec-trap.log"), "--kernel-log", str(tmp_path / "kernel.log"))
+    out = result.output
+    assert "ERROR [acceptance-log]" in out and "this output repeats little of it" in out, out
+    assert "[vllm-dtype]" not in out  # --dtype half, but no drafter whose dtype could differ
+
+
 # --- the llamAmpere fork: a control preset needs spec-type = none (real router, the fork simulated) ---
 
 def fork_bed_ini(tiny_models) -> str:
@@ -441,3 +468,25 @@ def test_run_against_vllm_started_with_half_and_a_drafter_warns_before_measuring
     [said] = [l for l in logs if "[vllm-dtype]" in l]
     assert said.startswith("!!! ERROR [vllm-dtype] the target runs in dtype half")
     assert any(w.startswith("DOCTOR vllm-dtype:") for w in record.warnings)
+
+
+def test_run_against_vllm_drafting_by_n_gram_blames_the_output_not_a_dtype(tmp_path):
+    ngram = REPORT_CMDLINE.split(" --speculative-config ")[0] + ' --speculative-config {"method":"ngram"}'
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *ngram.split(" ")])
+    # the server's log as a journal gives it: nothing before the alias, vLLM's trap line after its requests
+    started = tmp_path / "started"
+    log = f"if [ -e {started} ]; then cat {FIXTURES / 'vllm-spec-trap.log'}; else touch {started}; fi"
+    try:
+        poll_until(lambda: [l for l in vllm_command_lines() if '"method":"ngram"' in l] or None, timeout=10,
+                   interval=0.1)
+        logs: list[str] = []
+        with FakeVllm(FakeVllmConfig(accepted_per_round=0)) as vllm:
+            plan = Plan(url=vllm.url, engine="openai", output_dir=tmp_path, checks=Checks(log_command=log),
+                        protocol=Protocol(runs=1, max_tokens=8))
+            [record] = load_results(run_plan(plan, logs.append, nvml=Nvml(FakeNvml())).path).aliases
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not [l for l in logs if "[vllm-dtype]" in l]  # --dtype half, but no drafter whose dtype could differ
+    [said] = [w for w in record.warnings if w.startswith("DOCTOR acceptance-log:")]
+    assert "this output repeats little of it" in said and "dtype" not in said

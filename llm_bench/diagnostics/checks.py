@@ -200,12 +200,23 @@ def _is_ngram(preset_args: Sequence[str]) -> bool:
     return facts.get("spec_type", "").startswith("ngram") and "model_draft" not in facts
 
 
+NGRAM_CAUSE = ("N-gram drafting proposes what repeats the context, and this output repeats little of it; it pays "
+               "off where answers copy their context (code edits, agents' tool results).")
+DTYPE_CAUSE = ("the target runs in a different dtype from the one the drafter was trained with "
+               "(e.g. vLLM --dtype half instead of bfloat16); also check that the drafter belongs to this target model.")
+NGRAM_FIX = "turn n-gram drafting off for this workload, or measure it where outputs repeat their context"
+DTYPE_FIX = ("serve the target in the dtype its drafter was trained with (bfloat16, not --dtype half), "
+             "use a drafter made for this model, or turn speculative decoding off")
+
+
 def _trap_cause(preset_args: Sequence[str]) -> str:
     if _is_ngram(preset_args):
-        return ("N-gram drafting proposes what repeats the context, and this output repeats little of it; it pays "
-                "off where answers copy their context (code edits, agents' tool results).")
-    return ("Known cause: the target runs in a different dtype from the one the drafter was trained with "
-            "(e.g. vLLM --dtype half instead of bfloat16); also check that the drafter belongs to this target model.")
+        return NGRAM_CAUSE
+    if not preset_args:
+        # an OpenAI server does not say how it drafts: name the cause of each kind
+        return (f"Known causes: with a drafter (EAGLE, MTP, a draft model), {DTYPE_CAUSE} With n-gram or suffix "
+                "drafting (vLLM method ngram/suffix, no drafter), the output repeats little of its context.")
+    return "Known cause: " + DTYPE_CAUSE
 
 
 def check_acceptance_trap(record: AliasRecord, log: Callable[[str], None]) -> None:
@@ -228,10 +239,8 @@ def check_acceptance(record: AliasRecord) -> list[Finding]:
     """The workloads' acceptance-trap check, turned into a finding."""
     before = len(record.warnings)
     check_acceptance_trap(record, lambda message: None)
-    fix = ("turn n-gram drafting off for this workload, or measure it where outputs repeat their context"
-           if _is_ngram(record.preset_args) else
-           "serve the target in the dtype its drafter was trained with (bfloat16, not --dtype half), "
-           "use a drafter made for this model, or turn speculative decoding off")
+    fix = NGRAM_FIX if _is_ngram(record.preset_args) else DTYPE_FIX + (
+        "; with n-gram drafting, " + NGRAM_FIX if not record.preset_args else "")
     return [Finding("acceptance", ERROR, w.removeprefix("ACCEPTANCE TRAP: "), fix) for w in record.warnings[before:]]
 
 
@@ -280,12 +289,34 @@ class ServerConfig:
     dtype: tuple[str, str] | None = None  # (value, evidence)
     speculative: str | None = None  # evidence that speculative decoding is on
     prefix_caching_off: str | None = None  # evidence that prefix caching is off
+    speculative_method: str | None = None  # vLLM's method (eagle3, mtp, ngram, ...), where the evidence names it
+
+    @property
+    def drafts_from_context(self) -> bool:
+        """n-gram or suffix drafting: no drafter, so no drafter dtype that could be wrong."""
+        return self.speculative_method in DRAFT_FREE_METHODS
+
+
+# vLLM's SpeculativeConfig.method values that propose from the context instead of a drafter's weights
+DRAFT_FREE_METHODS = {"ngram", "suffix"}
+# "method": "ngram" in a --speculative-config JSON or a compose file
+SPEC_METHOD = re.compile(r"""["']?method["']?\s*[:=]\s*["']?([A-Za-z0-9_]+)""")
+
+
+def speculative_method(text: str) -> str | None:
+    """The speculative method a command line or file names; older vLLM spelled n-gram
+    ``--speculative-model [ngram]``."""
+    m = SPEC_METHOD.search(text)
+    if m:
+        return m[1].lower()
+    model = flag_value(text, "--speculative-model", "--speculative_model")
+    return "ngram" if model and model.strip("[]").lower() == "ngram" else None
 
 
 def vllm_config(command_lines: Sequence[str] = (), files: dict[str, str] | None = None,
                 metrics_text: str | None = None) -> ServerConfig:
     """Read dtype, speculative decoding and prefix caching from every source given."""
-    dtype = speculative = prefix_off = None
+    dtype = speculative = prefix_off = method = None
     for line in command_lines:
         value = flag_value(line, "--dtype")
         if value:
@@ -293,6 +324,7 @@ def vllm_config(command_lines: Sequence[str] = (), files: dict[str, str] | None 
         if has_flag(line, "--speculative-config", "--speculative_config", "--speculative-model",
                     "--speculative_model"):
             speculative = f"command line: {line[:300]}"
+            method = speculative_method(line) or method
         if has_flag(line, "--no-enable-prefix-caching") or flag_value(line, "--enable-prefix-caching") in (
                 "False", "false", "0"):
             prefix_off = f"command line: {line[:300]}"
@@ -302,6 +334,7 @@ def vllm_config(command_lines: Sequence[str] = (), files: dict[str, str] | None 
             dtype = (value, f"{name}: --dtype {value}")
         if has_flag(text, "--speculative-config", "--speculative_config", "--speculative-model"):
             speculative = f"{name}: --speculative-config"
+            method = speculative_method(text) or method
         if has_flag(text, "--no-enable-prefix-caching"):
             prefix_off = f"{name}: --no-enable-prefix-caching"
         for key, value in settings_in(text).items():
@@ -310,6 +343,8 @@ def vllm_config(command_lines: Sequence[str] = (), files: dict[str, str] | None 
                 dtype = (value, f"{name}: {key}={value}")
             if (upper == "SPEC" or "SPECULATIVE" in upper) and value.lower() not in OFF_VALUES:
                 speculative = f"{name}: {key}={value}"
+                if value.lower() in DRAFT_FREE_METHODS:
+                    method = value.lower()
             if upper in ("PREFIX_CACHE", "ENABLE_PREFIX_CACHING", "PREFIX_CACHING") and value.lower() in OFF_VALUES:
                 prefix_off = f"{name}: {key}={value}"
     if metrics_text:
@@ -324,12 +359,12 @@ def vllm_config(command_lines: Sequence[str] = (), files: dict[str, str] | None 
                 speculative = f"metrics: {sample.name}{{speculative_config=...}}"
             if sample.name == "vllm:spec_decode_num_drafts_total" and sample.value > 0 and not speculative:
                 speculative = f"metrics: vllm:spec_decode_num_drafts_total {sample.value:.0f}"
-    return ServerConfig(dtype, speculative, prefix_off)
+    return ServerConfig(dtype, speculative, prefix_off, method)
 
 
 def check_dtype_with_speculation(config: ServerConfig) -> list[Finding]:
     if (config.dtype is None or config.dtype[0].lower().removeprefix("torch.") not in HALF_DTYPES
-            or config.speculative is None):
+            or config.speculative is None or config.drafts_from_context):
         return []
     value, where = config.dtype
     return [Finding(
@@ -340,8 +375,9 @@ def check_dtype_with_speculation(config: ServerConfig) -> list[Finding]:
         "serve the target with --dtype bfloat16 (or auto for a bf16 checkpoint), or turn speculative decoding off")]
 
 
-def check_acceptance_log(log_text: str, source: str = "the server log") -> list[Finding]:
-    """vLLM's periodic SpecDecoding line: drafting at a rate while accepting nothing is the trap."""
+def check_acceptance_log(log_text: str, source: str = "the server log", method: str | None = None) -> list[Finding]:
+    """vLLM's periodic SpecDecoding line: drafting at a rate while accepting nothing is the trap. ``method``:
+    the speculative method, where the server's configuration names it (the line does not)."""
     latest = None
     trapped = 0
     for line in log_text.splitlines():
@@ -360,9 +396,9 @@ def check_acceptance_log(log_text: str, source: str = "the server log") -> list[
         return []
     return [Finding(
         "acceptance-log", ERROR,
-        f"vLLM drafts tokens and accepts none ({source}, latest of {trapped} such line(s): \"{latest[0][-300:]}\").",
-        "serve the target in the dtype its drafter was trained with (--dtype bfloat16, not half), use a drafter "
-        "made for this model, or turn speculative decoding off")]
+        f"vLLM drafts tokens and accepts none ({source}, latest of {trapped} such line(s): \"{latest[0][-300:]}\")."
+        + (" " + NGRAM_CAUSE if method in DRAFT_FREE_METHODS else ""),
+        NGRAM_FIX if method in DRAFT_FREE_METHODS else DTYPE_FIX)]
 
 
 def check_prefix_caching(config: ServerConfig, preset_args: Mapping[str, Sequence[str]] | None = None) -> list[Finding]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from llm_bench.diagnostics.checks import (
     ServerConfig,
@@ -34,13 +35,20 @@ from llm_bench.results import AliasRecord
 Log = Callable[[str], None]
 
 
-def before_the_run(engine: Engine, aliases: Sequence[str], settings: Checks, log: Log) -> dict[str, list[Finding]]:
+@dataclass(frozen=True)
+class BeforeTheRun:
+    findings: dict[str, list[Finding]]  # by alias
+    spec_method: str | None = None  # vLLM's speculative method, where its command line names it
+
+
+def before_the_run(engine: Engine, aliases: Sequence[str], settings: Checks, log: Log) -> BeforeTheRun:
     """What can be said of the aliases before any is measured: a control preset on the llamAmpere fork
     without ``spec-type = none`` (the fork defaults --spec-type to auto, so it would speculate); for an
     OpenAI server, vLLM's dtype with a drafter and prefix caching (local command lines, /metrics)."""
     presets = router_presets(engine)
     fork = detect_fork(engine, presets, settings.build, settings.marker)
     server: list[Finding] = []
+    config = ServerConfig()
     if not engine.capabilities.presets:
         config = vllm_config(vllm_command_lines(), None, engine.metrics_text())
         server = check_dtype_with_speculation(config) + check_prefix_caching(config)
@@ -53,14 +61,16 @@ def before_the_run(engine: Engine, aliases: Sequence[str], settings: Checks, log
             log(f"!!! {finding.text()}")
         if server or own:
             out[alias] = server + own
-    return out
+    return BeforeTheRun(out, config.speculative_method)
 
 
 class InRunChecks:
     """The doctor's checks around one alias of ``llm-bench run``; findings become record warnings."""
 
-    def __init__(self, nvml: Nvml, log: Log, settings: Checks = Checks(), carried: Sequence[Finding] = ()):
+    def __init__(self, nvml: Nvml, log: Log, settings: Checks = Checks(), carried: Sequence[Finding] = (),
+                 spec_method: str | None = None):
         self.nvml = nvml
+        self.spec_method = spec_method
         self.log = log
         self.source = log_source(settings.log_file, settings.log_command)
         self.floor_w = settings.power_floor_w
@@ -102,7 +112,7 @@ class InRunChecks:
             where = f"the server log ({self.source.describe()})"
             findings += [f for f in check_offload(since, self.nvml.count(), where) if f.severity != INFO]
             findings += check_fa_fallback(since, where)
-            findings += check_acceptance_log(since, where)
+            findings += check_acceptance_log(since, where, self.spec_method)
         # a workload that depends on a cached prefix, measured on a preset that turned the cache off
         findings += check_prefix_caching(ServerConfig(), {r.alias: r.preset_args for r in caching if r.preset_args})
         bandwidth = self.nvml.memory_bandwidth_gbs(0) if self.nvml.available else None
