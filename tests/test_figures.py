@@ -84,14 +84,14 @@ def test_ttft_is_send_to_first_content_token_in_milliseconds():
 
 
 def test_decode_rate_is_the_servers_and_the_clients_is_tokens_after_the_first_over_the_chunk_span():
-    # chunks 400 ms apart, more than LATE_S: a chunk's stamp cannot pass for its neighbour's
+    # chunks 400 ms apart, more than LATE_S: a chunk stamped with its neighbour's arrival fails the bounds below
     reply = stream_reply([0.1, 0.5, 0.9], tokens=[1, 1, 2], timings=timings(predicted_per_second=123.4))
     run, exchange, m = one_stream(reply)
     assert run.decode_tps == 123.4 and run.server_decode_tps == 123.4  # the server's own figure, as sent
     assert run.decode_ms == 40.5 and run.prompt_tps == 500.0
-    # the first and last chunk are stamped when they arrived: each after the server sent it, and before the
-    # next piece could (each bound one-sided: a late read of the first chunk alone shortens the span)
-    assert exchange.sent_at[0] <= m.first_token_at <= exchange.sent_at[0] + LATE_S < exchange.sent_at[1]
+    # the first and last chunk are stamped when they arrived: after the server sent each, at most LATE_S later
+    # (bounds on each stamp, not on the span: a late read of the first chunk alone shortens the span)
+    assert exchange.sent_at[0] <= m.first_token_at <= exchange.sent_at[0] + LATE_S
     assert exchange.sent_at[2] <= m.last_token_at <= exchange.sent_at[2] + LATE_S
     # usage says 4 tokens in 3 chunks: (4 - 1) tokens over the span between the first and last chunk
     # (chunks: 2 / span; all tokens: 4 / span)
