@@ -179,7 +179,13 @@ def test_with_the_cache_each_turn_reuses_the_previous_context_by_the_servers_cou
         assert turn.cache_n == 0  # cold: the whole context processed, by the server's counter
     # the same turns; each replay's mark at the start may take a token more or less
     assert all(abs(c.prompt_tokens - w.prompt_tokens) <= 4 for c, w in zip(result.cold, result.warm))
-    assert result.cold[-1].ttft_ms > 2 * result.warm[-1].ttft_ms
+    # the cold last turn processed the whole context, the warm one only what its turn added (the server's counts:
+    # 2,712 tokens against 1,001), so it waited longer for its first token. The times are two single requests
+    # seconds apart whose ratio was 2.45 and 2.21 in two runs here (the server's own prompt times: 2.27): a busy
+    # machine that slows one more than the other brings it under 2, so the factor is pinned on the token counts,
+    # the times in their order.
+    assert result.cold[-1].processed_tokens > 2 * result.warm[-1].processed_tokens
+    assert result.cold[-1].ttft_ms > result.warm[-1].ttft_ms
 
 
 def test_the_session_summary_and_turns_are_in_the_tables_and_exports(session_run):

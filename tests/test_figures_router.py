@@ -170,7 +170,11 @@ def test_cold_load_is_send_to_the_warm_ups_first_token_including_the_load(measur
     load_s = times["loaded"] - times["loading"]
     prompt_s = warm_up.last("timings")["prompt_ms"] / 1000.0
     assert record.cold_load_s >= load_s + prompt_s - 0.05  # the load and the prompt are on its critical path
-    assert record.cold_load_s * 1000.0 > max(run.ttft_ms for run in record.runs)
+    # the load began with the warm-up's request (the watcher reads an event after it happened, after the relay
+    # passed the request on), so the warm-up's truth the figure is pinned to holds the load, and no measured
+    # run's does. Not 'cold load > every run's TTFT': that compares single requests' wall-clock times (0.96 s
+    # against about 0.7 s here), which a busy machine slowing one run by a third swaps.
+    assert warm_up.requested_at <= times["loading"]
 
 
 def test_ttft_is_send_to_first_token_and_covers_the_servers_prompt_time(measured: Measured):

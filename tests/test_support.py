@@ -20,11 +20,27 @@ def test_poll_until_returns_the_first_value_that_is_not_none() -> None:
 
 
 def test_poll_until_gives_none_at_the_deadline_after_trying_at_least_once() -> None:
-    calls = []
-    t0 = time.monotonic()
-    assert poll_until(lambda: calls.append(1), timeout=0.05, interval=0.01) is None
-    assert len(calls) >= 2 and time.monotonic() - t0 < 1.0
-    assert poll_until(lambda: calls.append(1), timeout=0, interval=1) is None and len(calls) >= 3
+    # a clock of its own: on the wall clock, a thread preempted between reading the deadline and the first
+    # check's end would see the deadline passed after one call
+    now = [0.0]
+    calls: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    def check() -> None:
+        calls.append(now[0])
+
+    # binary fractions, so the sums are exact: a check at every interval up to and at the deadline
+    assert poll_until(check, timeout=0.5, interval=0.125, clock=lambda: now[0], sleep=sleep) is None
+    assert calls == [0.0, 0.125, 0.25, 0.375, 0.5]
+    # the last sleep stops at the deadline
+    calls.clear()
+    assert poll_until(check, timeout=0.3, interval=0.25, clock=lambda: now[0], sleep=sleep) is None
+    assert calls == [0.5, 0.75, 0.8]
+    calls.clear()
+    assert poll_until(check, timeout=0, interval=1, clock=lambda: now[0], sleep=sleep) is None
+    assert calls == [0.8]
 
 
 def test_poll_until_stops_early_when_the_check_raises() -> None:
