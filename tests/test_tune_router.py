@@ -117,7 +117,7 @@ recall_depths = [0.5]
 quality_max_tokens = 24
 
 [protocol.quality]
-text_tokens = 32
+text_tokens = 16
 exact_items_per_kind = 0
 """)
         env = {**os.environ, "PYTHONPATH": str(REPO)}
