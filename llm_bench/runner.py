@@ -219,7 +219,8 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
                 for n, alias in enumerate(aliases, 1):
                     log(f"Benchmark {progress(n, len(aliases), durations)}: {alias}")
                     t0 = time.perf_counter()
-                    checks = InRunChecks(gpus, log, plan.checks, early.findings.get(alias, ()), early.spec_method)
+                    checks = InRunChecks(gpus, log, plan.checks, early.findings.get(alias, ()),
+                                         early.drafts_from_context)
                     checks.start()
                     try:
                         with sampling(gpus):

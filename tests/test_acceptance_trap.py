@@ -74,13 +74,15 @@ def test_vllm_v0s_line_is_a_trap_below_1_percent_while_drafting():
     assert check_acceptance_log(V0.format(rate="0.0", drafted="0")) == []
 
 
-def test_vllms_line_names_n_gram_drafting_where_the_configuration_says_so():
+def test_vllms_line_is_blamed_on_how_the_configuration_says_the_server_drafts():
     line = V1.format(length="1.00", drafted="259.68")
-    [ngram] = check_acceptance_log(line, "vllm.log", "ngram")
+    [ngram] = check_acceptance_log(line, "vllm.log", drafts_from_context=True)
     assert "this output repeats little of it" in ngram.evidence and "dtype" not in ngram.evidence + ngram.fix
-    for method in ("eagle3", None):  # a drafter, or nothing known: the drafter's dtype
-        [drafter] = check_acceptance_log(line, "vllm.log", method)
-        assert "repeat" not in drafter.evidence and "bfloat16" in drafter.fix
+    [drafter] = check_acceptance_log(line, "vllm.log", drafts_from_context=False)
+    assert "dtype" in drafter.evidence and "repeat" not in drafter.evidence + drafter.fix
+    [unknown] = check_acceptance_log(line, "vllm.log")  # no command line found: each kind's cause
+    assert "dtype" in unknown.evidence and "repeats little of its context" in unknown.evidence
+    assert "bfloat16" in unknown.fix and "n-gram" in unknown.fix
 
 
 def test_the_latest_line_decides():

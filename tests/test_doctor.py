@@ -264,19 +264,32 @@ def test_dtype_half_with_a_drafter_from_the_command_line_the_compose_file_and_me
     assert checks.check_dtype_with_speculation(checks.vllm_config([], {".env": "VLLM_DTYPE=half\nSPEC=off\n"})) == []
 
 
+NGRAM_CMDLINE = REPORT_CMDLINE.split(" --speculative-config ")[0] + ' --speculative-config {"method":"ngram"}'
+
+
 def test_vllms_n_gram_drafting_has_no_drafter_whose_dtype_could_be_wrong():
-    ngram = ("vllm serve Qwen/Qwen3-8B --dtype half --speculative-config "
-             "'{\"method\": \"ngram\", \"num_speculative_tokens\": 5, \"prompt_lookup_max\": 4}'")
-    config = checks.vllm_config([ngram])
+    config = checks.vllm_config([NGRAM_CMDLINE])
     assert config.speculative and config.speculative_method == "ngram" and config.drafts_from_context
     assert checks.check_dtype_with_speculation(config) == []
+    # each spelling vLLM reads as n-gram drafting (vllm/config/speculative.py), and its GPU and suffix kin
+    for spelling, method in (('{"method": "ngram_gpu", "num_speculative_tokens": 5}', "ngram_gpu"),
+                             ('{"method": "[ngram]"}', "ngram"), ('{"model": "[ngram]", "num_speculative_tokens": 3}',
+                                                                  "ngram"), ('{"method":"suffix"}', "suffix")):
+        config = checks.vllm_config([f"vllm serve m --dtype half --speculative-config '{spelling}'"])
+        assert config.speculative_method == method and checks.check_dtype_with_speculation(config) == [], spelling
     older = "python -m vllm.entrypoints.openai.api_server --model m --dtype half --speculative-model [ngram]"
     assert checks.vllm_config([older]).speculative_method == "ngram"
-    assert checks.check_dtype_with_speculation(checks.vllm_config([], {".env": "VLLM_DTYPE=half\nSPEC=suffix\n"})) == []
-    # the methods with a drafter keep the trap: the report's dflash, the compose file's mtp
+    for env in ("VLLM_DTYPE=half\nSPEC=suffix\n", "VLLM_DTYPE=half\nSPECULATIVE_CONFIG='{\"method\": \"ngram\"}'\n"):
+        assert checks.check_dtype_with_speculation(checks.vllm_config([], {".env": env})) == [], env
+    # another flag's JSON with a "method" of its own says nothing of speculation
+    quantised = ("vllm serve m --dtype half --hf-overrides '{\"quantization_config\": {\"quant_method\": \"fp8\"}}' "
+                 "--speculative-config '{\"method\": \"ngram\"}'")
+    assert checks.vllm_config([quantised]).speculative_method == "ngram"
+    # the methods with a drafter keep the trap: the report's dflash, the compose file's mtp, HyperQwen's SPEC
     assert checks.vllm_config([REPORT_CMDLINE]).speculative_method == "dflash"
     compose = {"docker-compose.yml": (FIXTURES / "vllm-compose.yml").read_text()}
     assert checks.vllm_config([], compose).speculative_method == "mtp"
+    assert checks.vllm_config([], {".env": "VLLM_DTYPE=half\nSPEC=dflash2\n"}).drafts_from_context is False
 
 
 def test_acceptance_trap_from_vllms_log_line():
@@ -377,10 +390,9 @@ def test_doctor_reports_the_reports_vllm_traps_and_xid_lines_with_exit_1(fake_nv
 
 def test_the_doctor_names_n_gram_drafting_where_vllms_command_line_says_so(fake_nvml, tmp_path):
     fake_nvml(FakeNvml(gpus=[FakeGpu()]))
-    ngram = REPORT_CMDLINE.split(" --speculative-config ")[0] + ' --speculative-config {"method":"ngram"}'
     (tmp_path / "kernel.log").write_text("")
     with FakeVllm(FakeVllmConfig()) as vllm:
-        result = doctor("--engine", "openai", "--url", vllm.url, "--vllm-cmdline", ngram,
+        result = doctor("--engine", "openai", "--url", vllm.url, "--vllm-cmdline", NGRAM_CMDLINE,
                         "--log-file", str(FIXTURES / "vllm-spec-trap.log"), "--kernel-log", str(tmp_path / "kernel.log"))
     out = result.output
     assert "ERROR [acceptance-log]" in out and "this output repeats little of it" in out, out
@@ -471,8 +483,7 @@ def test_run_against_vllm_started_with_half_and_a_drafter_warns_before_measuring
 
 
 def test_run_against_vllm_drafting_by_n_gram_blames_the_output_not_a_dtype(tmp_path):
-    ngram = REPORT_CMDLINE.split(" --speculative-config ")[0] + ' --speculative-config {"method":"ngram"}'
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *ngram.split(" ")])
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *NGRAM_CMDLINE.split(" ")])
     # the server's log as a journal gives it: nothing before the alias, vLLM's trap line after its requests
     started = tmp_path / "started"
     log = f"if [ -e {started} ]; then cat {FIXTURES / 'vllm-spec-trap.log'}; else touch {started}; fi"
@@ -490,3 +501,6 @@ def test_run_against_vllm_drafting_by_n_gram_blames_the_output_not_a_dtype(tmp_p
     assert not [l for l in logs if "[vllm-dtype]" in l]  # --dtype half, but no drafter whose dtype could differ
     [said] = [w for w in record.warnings if w.startswith("DOCTOR acceptance-log:")]
     assert "this output repeats little of it" in said and "dtype" not in said
+    # the record's own trap, from /metrics: an OpenAI server reports no arguments, so each kind's cause
+    [trap] = [w for w in record.warnings if w.startswith("ACCEPTANCE TRAP")]
+    assert "dtype" in trap and "repeats little of its context" in trap

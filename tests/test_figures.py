@@ -72,8 +72,9 @@ def after(exchange, piece: int, since: float | None = None) -> float:
 # --- TTFT, decode rates, token counts: one stream -------------------------------------------------
 
 def test_ttft_is_send_to_first_content_token_in_milliseconds():
-    # head and a role-only chunk at 250 ms, the first content token at 800 ms: TTFT is the latter, in ms
-    reply = stream_reply([0.8, 0.85, 0.9], tokens=[1, 1, 2], head_at=0.25, role_at=0.25, timings=timings())
+    # head and a role-only chunk at 250 ms, the first content token at 800 ms: TTFT is the latter, in ms; the
+    # later chunks come more than LATE_S after it, so TTFT taken to any of them fails the bounds below
+    reply = stream_reply([0.8, 1.2, 1.6], tokens=[1, 1, 2], head_at=0.25, role_at=0.25, timings=timings())
     run, exchange, _ = one_stream(reply)
     truth_ms = after(exchange, 1) * 1000.0
     assert truth_ms >= 800.0

@@ -36,11 +36,11 @@ def test_poll_until_gives_none_at_the_deadline_after_trying_at_least_once() -> N
     assert calls == [0.0, 0.125, 0.25, 0.375, 0.5]
     # the last sleep stops at the deadline
     calls.clear()
-    assert poll_until(check, timeout=0.3, interval=0.25, clock=lambda: now[0], sleep=sleep) is None
-    assert calls == [0.5, 0.75, 0.8]
+    assert poll_until(check, timeout=0.375, interval=0.25, clock=lambda: now[0], sleep=sleep) is None
+    assert calls == [0.5, 0.75, 0.875]
     calls.clear()
     assert poll_until(check, timeout=0, interval=1, clock=lambda: now[0], sleep=sleep) is None
-    assert calls == [0.8]
+    assert calls == [0.875]
 
 
 def test_poll_until_stops_early_when_the_check_raises() -> None:

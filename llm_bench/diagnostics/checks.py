@@ -3,6 +3,7 @@ a measured record) to findings. Gathering the evidence is ``doctor.py``'s and ``
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -194,29 +195,33 @@ def check_roofline(record: AliasRecord, min_fraction: float = Checks.roofline_mi
 ACCEPTANCE_TRAP_RATE = 0.01
 
 
-def _is_ngram(preset_args: Sequence[str]) -> bool:
-    # n-gram drafting has no drafter whose dtype or vocabulary could be wrong: it drafts from the context
-    facts = preset_facts(preset_args)
-    return facts.get("spec_type", "").startswith("ngram") and "model_draft" not in facts
-
-
 NGRAM_CAUSE = ("N-gram drafting proposes what repeats the context, and this output repeats little of it; it pays "
                "off where answers copy their context (code edits, agents' tool results).")
 DTYPE_CAUSE = ("the target runs in a different dtype from the one the drafter was trained with "
                "(e.g. vLLM --dtype half instead of bfloat16); also check that the drafter belongs to this target model.")
+EITHER_CAUSE = (f"Known causes: with a drafter (EAGLE, MTP, a draft model), {DTYPE_CAUSE} With n-gram or suffix "
+                "drafting (no drafter), the output repeats little of its context.")
 NGRAM_FIX = "turn n-gram drafting off for this workload, or measure it where outputs repeat their context"
 DTYPE_FIX = ("serve the target in the dtype its drafter was trained with (bfloat16, not --dtype half), "
              "use a drafter made for this model, or turn speculative decoding off")
+EITHER_FIX = f"{DTYPE_FIX}; for n-gram or suffix drafting: {NGRAM_FIX}"
 
 
-def _trap_cause(preset_args: Sequence[str]) -> str:
-    if _is_ngram(preset_args):
-        return NGRAM_CAUSE
+def _preset_drafts_from_context(preset_args: Sequence[str]) -> bool | None:
+    """True for llama.cpp's n-gram drafting (no drafter whose dtype or vocabulary could be wrong), False for
+    a drafter; None where the server reports no arguments (an OpenAI server), so how it drafts is unknown."""
     if not preset_args:
-        # an OpenAI server does not say how it drafts: name the cause of each kind
-        return (f"Known causes: with a drafter (EAGLE, MTP, a draft model), {DTYPE_CAUSE} With n-gram or suffix "
-                "drafting (vLLM method ngram/suffix, no drafter), the output repeats little of its context.")
-    return "Known cause: " + DTYPE_CAUSE
+        return None
+    facts = preset_facts(preset_args)
+    return facts.get("spec_type", "").startswith("ngram") and "model_draft" not in facts
+
+
+def trap_cause(drafts_from_context: bool | None) -> tuple[str, str]:
+    """What an acceptance trap is blamed on, and its fix: n-gram's cause, a drafter's, or both where the
+    evidence does not say how the server drafts."""
+    if drafts_from_context is None:
+        return EITHER_CAUSE, EITHER_FIX
+    return (NGRAM_CAUSE, NGRAM_FIX) if drafts_from_context else ("Known cause: " + DTYPE_CAUSE, DTYPE_FIX)
 
 
 def check_acceptance_trap(record: AliasRecord, log: Callable[[str], None]) -> None:
@@ -229,7 +234,8 @@ def check_acceptance_trap(record: AliasRecord, log: Callable[[str], None]) -> No
         f"ACCEPTANCE TRAP: the server drafted {spec.draft_tokens:.0f} tokens and accepted "
         f"{spec.accepted_tokens:.0f} ({spec.acceptance_rate:.1%}"
         + (f", mean acceptance length {length:.2f}" if length is not None else "")
-        + "): speculative decoding only costs time here. " + _trap_cause(record.preset_args)
+        + "): speculative decoding only costs time here. "
+        + trap_cause(_preset_drafts_from_context(record.preset_args))[0]
     )
     record.warnings.append(message)
     log("  !!! " + message)
@@ -239,8 +245,7 @@ def check_acceptance(record: AliasRecord) -> list[Finding]:
     """The workloads' acceptance-trap check, turned into a finding."""
     before = len(record.warnings)
     check_acceptance_trap(record, lambda message: None)
-    fix = NGRAM_FIX if _is_ngram(record.preset_args) else DTYPE_FIX + (
-        "; with n-gram drafting, " + NGRAM_FIX if not record.preset_args else "")
+    fix = trap_cause(_preset_drafts_from_context(record.preset_args))[1]
     return [Finding("acceptance", ERROR, w.removeprefix("ACCEPTANCE TRAP: "), fix) for w in record.warnings[before:]]
 
 
@@ -282,6 +287,12 @@ def settings_in(text: str) -> dict[str, str]:
     return out
 
 
+# vLLM's SpeculativeConfig.method values that propose from the context instead of a drafter's weights
+# (ngram, ngram_gpu, suffix)
+def _method_drafts_from_context(method: str) -> bool:
+    return method.startswith("ngram") or method == "suffix"
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """How a vLLM server was started, as far as the evidence says: each value with where it was seen."""
@@ -292,25 +303,34 @@ class ServerConfig:
     speculative_method: str | None = None  # vLLM's method (eagle3, mtp, ngram, ...), where the evidence names it
 
     @property
-    def drafts_from_context(self) -> bool:
-        """n-gram or suffix drafting: no drafter, so no drafter dtype that could be wrong."""
-        return self.speculative_method in DRAFT_FREE_METHODS
+    def drafts_from_context(self) -> bool | None:
+        """n-gram or suffix drafting (no drafter, so no drafter dtype that could be wrong); None: unknown."""
+        return None if self.speculative_method is None else _method_drafts_from_context(self.speculative_method)
 
 
-# vLLM's SpeculativeConfig.method values that propose from the context instead of a drafter's weights
-DRAFT_FREE_METHODS = {"ngram", "suffix"}
-# "method": "ngram" in a --speculative-config JSON or a compose file
-SPEC_METHOD = re.compile(r"""["']?method["']?\s*[:=]\s*["']?([A-Za-z0-9_]+)""")
+# where a --speculative-config JSON starts: on a command line, in a compose list, as SPECULATIVE_CONFIG= in a .env
+SPEC_CONFIG_AT = re.compile(r"""(?:--speculative[-_]config|\bSPECULATIVE_CONFIG)["']?(?:\s*,\s*|\s*[=:]\s*|\s+)["']?(?=\{)""",
+                            re.IGNORECASE)
 
 
 def speculative_method(text: str) -> str | None:
-    """The speculative method a command line or file names; older vLLM spelled n-gram
+    """vLLM's speculative method as a command line or file gives it: --speculative-config's JSON (its
+    ``method``; a ``model`` of "ngram" where no method is given, as vLLM reads it), or the older
     ``--speculative-model [ngram]``."""
-    m = SPEC_METHOD.search(text)
-    if m:
-        return m[1].lower()
+    method = None
+    for at in SPEC_CONFIG_AT.finditer(text):
+        try:
+            config, _ = json.JSONDecoder().raw_decode(text, at.end())
+        except ValueError:
+            continue
+        if isinstance(config, dict):
+            named = config.get("method") or (config.get("model") if str(config.get("model", "")).strip("[]").lower()
+                                             == "ngram" else None)
+            method = str(named).strip("[]").lower() if named else method
     model = flag_value(text, "--speculative-model", "--speculative_model")
-    return "ngram" if model and model.strip("[]").lower() == "ngram" else None
+    if method is None and model and model.strip("[]").lower() == "ngram":
+        method = "ngram"
+    return method
 
 
 def vllm_config(command_lines: Sequence[str] = (), files: dict[str, str] | None = None,
@@ -334,7 +354,6 @@ def vllm_config(command_lines: Sequence[str] = (), files: dict[str, str] | None 
             dtype = (value, f"{name}: --dtype {value}")
         if has_flag(text, "--speculative-config", "--speculative_config", "--speculative-model"):
             speculative = f"{name}: --speculative-config"
-            method = speculative_method(text) or method
         if has_flag(text, "--no-enable-prefix-caching"):
             prefix_off = f"{name}: --no-enable-prefix-caching"
         for key, value in settings_in(text).items():
@@ -343,10 +362,11 @@ def vllm_config(command_lines: Sequence[str] = (), files: dict[str, str] | None 
                 dtype = (value, f"{name}: {key}={value}")
             if (upper == "SPEC" or "SPECULATIVE" in upper) and value.lower() not in OFF_VALUES:
                 speculative = f"{name}: {key}={value}"
-                if value.lower() in DRAFT_FREE_METHODS:
-                    method = value.lower()
+                if value.isidentifier() and value.lower() not in ("true", "on", "yes"):
+                    method = value.lower()  # HyperQwen's SPEC=dflash2, SPEC=ngram
             if upper in ("PREFIX_CACHE", "ENABLE_PREFIX_CACHING", "PREFIX_CACHING") and value.lower() in OFF_VALUES:
                 prefix_off = f"{name}: {key}={value}"
+        method = speculative_method(text) or method  # a JSON config: on a compose command, in SPECULATIVE_CONFIG=
     if metrics_text:
         for sample in parse_prometheus(metrics_text):
             labels = sample.labels
@@ -375,9 +395,10 @@ def check_dtype_with_speculation(config: ServerConfig) -> list[Finding]:
         "serve the target with --dtype bfloat16 (or auto for a bf16 checkpoint), or turn speculative decoding off")]
 
 
-def check_acceptance_log(log_text: str, source: str = "the server log", method: str | None = None) -> list[Finding]:
-    """vLLM's periodic SpecDecoding line: drafting at a rate while accepting nothing is the trap. ``method``:
-    the speculative method, where the server's configuration names it (the line does not)."""
+def check_acceptance_log(log_text: str, source: str = "the server log",
+                         drafts_from_context: bool | None = None) -> list[Finding]:
+    """vLLM's periodic SpecDecoding line: drafting at a rate while accepting nothing is the trap.
+    ``drafts_from_context``: how the server drafts, where its configuration says (the line does not)."""
     latest = None
     trapped = 0
     for line in log_text.splitlines():
@@ -392,13 +413,13 @@ def check_acceptance_log(log_text: str, source: str = "the server log", method: 
             bad = int(m[3]) > 0 and float(m[1]) < 1.0
         trapped += bad
         latest = (line.strip(), bad)
+    cause, fix = trap_cause(drafts_from_context)
     if latest is None or not latest[1]:
         return []
     return [Finding(
         "acceptance-log", ERROR,
-        f"vLLM drafts tokens and accepts none ({source}, latest of {trapped} such line(s): \"{latest[0][-300:]}\")."
-        + (" " + NGRAM_CAUSE if method in DRAFT_FREE_METHODS else ""),
-        NGRAM_FIX if method in DRAFT_FREE_METHODS else DTYPE_FIX)]
+        f"vLLM drafts tokens and accepts none ({source}, latest of {trapped} such line(s): \"{latest[0][-300:]}\"). "
+        + cause, fix)]
 
 
 def check_prefix_caching(config: ServerConfig, preset_args: Mapping[str, Sequence[str]] | None = None) -> list[Finding]:

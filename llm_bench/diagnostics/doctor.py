@@ -64,7 +64,7 @@ def probe_alias(engine: Engine, alias: str, max_tokens: int = 64, log: Log = lam
     return record
 
 
-def log_findings(source: LogSource | None, gpu_count: int, spec_method: str | None) -> list[Finding]:
+def log_findings(source: LogSource | None, gpu_count: int, drafts_from_context: bool | None) -> list[Finding]:
     if source is None:
         return [Finding("log", INFO, "no server log to read (not under systemd, and no --log-file/--log-command), "
                         "so GPU offload, FlashAttention kernels and vLLM's acceptance line were not checked.",
@@ -75,7 +75,7 @@ def log_findings(source: LogSource | None, gpu_count: int, spec_method: str | No
     except (OSError, subprocess.SubprocessError) as e:
         return [Finding("log", WARNING, f"could not read {where}: {e}", "give --log-file or --log-command")]
     return (checks.check_offload(text, gpu_count, where) + checks.check_fa_fallback(text, where)
-            + checks.check_acceptance_log(text, where, spec_method))
+            + checks.check_acceptance_log(text, where, drafts_from_context))
 
 
 def kernel_findings(nvml: Nvml, settings: DoctorSettings) -> list[Finding]:
@@ -117,7 +117,7 @@ def diagnose(engine: Engine, nvml: Nvml, source: LogSource | None, settings: Doc
         for alias in settings.aliases or tuple(loaded):
             findings += probe_findings(engine, alias, settings, bandwidth, log)
     # After the probes: a probe may load a model, and its load lines are what the log checks read.
-    findings += log_findings(source, nvml.count(), config.speculative_method)
+    findings += log_findings(source, nvml.count(), config.drafts_from_context)
     findings += checks.check_pcie(list(pcie.busiest.values()), pcie.first, pcie.last)
     findings += checks.check_xid_events(xids.poll())
     xids.close()

@@ -37,8 +37,11 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class BeforeTheRun:
-    findings: dict[str, list[Finding]]  # by alias
-    spec_method: str | None = None  # vLLM's speculative method, where its command line names it
+    """Findings by alias, and how an OpenAI server drafts where its command line says (None: unknown), so
+    that an acceptance trap in its log is blamed on the right cause."""
+
+    findings: dict[str, list[Finding]]
+    drafts_from_context: bool | None = None
 
 
 def before_the_run(engine: Engine, aliases: Sequence[str], settings: Checks, log: Log) -> BeforeTheRun:
@@ -61,17 +64,17 @@ def before_the_run(engine: Engine, aliases: Sequence[str], settings: Checks, log
             log(f"!!! {finding.text()}")
         if server or own:
             out[alias] = server + own
-    return BeforeTheRun(out, config.speculative_method)
+    return BeforeTheRun(out, config.drafts_from_context)
 
 
 class InRunChecks:
     """The doctor's checks around one alias of ``llm-bench run``; findings become record warnings."""
 
     def __init__(self, nvml: Nvml, log: Log, settings: Checks = Checks(), carried: Sequence[Finding] = (),
-                 spec_method: str | None = None):
+                 drafts_from_context: bool | None = None):
         self.nvml = nvml
-        self.spec_method = spec_method
         self.log = log
+        self.drafts_from_context = drafts_from_context
         self.source = log_source(settings.log_file, settings.log_command)
         self.floor_w = settings.power_floor_w
         self.min_fraction = settings.roofline_min
@@ -112,7 +115,7 @@ class InRunChecks:
             where = f"the server log ({self.source.describe()})"
             findings += [f for f in check_offload(since, self.nvml.count(), where) if f.severity != INFO]
             findings += check_fa_fallback(since, where)
-            findings += check_acceptance_log(since, where, self.spec_method)
+            findings += check_acceptance_log(since, where, self.drafts_from_context)
         # a workload that depends on a cached prefix, measured on a preset that turned the cache off
         findings += check_prefix_caching(ServerConfig(), {r.alias: r.preset_args for r in caching if r.preset_args})
         bandwidth = self.nvml.memory_bandwidth_gbs(0) if self.nvml.available else None
