@@ -175,6 +175,8 @@ def test_with_the_cache_each_turn_reuses_the_previous_context_by_the_servers_cou
     for turn in result.warm + result.cold:
         assert turn.processed_tokens == turn.prompt_tokens - turn.cache_n
         assert_printed(turn, log, turn.processed_tokens)
+        # TTFT, in ms, covers the server's own prompt time for the tokens it processed (its prompt_per_second)
+        assert turn.ttft_ms >= 1000.0 * turn.processed_tokens / turn.prompt_tps - 1.0
     for turn in result.cold:
         assert turn.cache_n == 0  # cold: the whole context processed, by the server's counter
     # the same turns; each replay's mark at the start may take a token more or less
