@@ -43,6 +43,14 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
+@pytest.fixture(scope="session")
+def larger_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random model with about 200 times the tiny model's weights: it decodes several times slower, and its
+    first token comes over 200 ms after a request."""
+    return write_tiny_model(tmp_path_factory.mktemp("larger") / "larger.gguf",
+                            TinyModelSpec(seed=3, n_embd=512, n_layer=4, n_head=8, n_ff=2048, name="tiny-larger"))
+
+
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo's presets INI (tiny-plain, tiny-draft, tiny-draft-synth, tiny-ngram) and its models."""

@@ -11,7 +11,6 @@ from llm_bench.plan import Plan, Protocol
 from llm_bench.report import load_rows, markdown_table
 from llm_bench.results import AliasRecord, load_results
 from llm_bench.runner import RunAborted, run_plan
-from llm_bench.testbed.tiny_gguf import TinyModelSpec, write_tiny_model
 from llm_bench.workloads.concurrency import concurrency, simultaneous
 
 
@@ -42,13 +41,11 @@ def eight_slots(router_factory, bed, slots: int, ctx: int):
     return router_factory(f"[tiny]\nmodel = {target}\nctx-size = {ctx}\nparallel = {slots}\n")
 
 
-def test_streams_of_a_batch_overlap(router_factory, tmp_path):
-    # a model about 200 times the tiny one: the first token of any stream comes over 200 ms after its request.
-    # The tiny model answered 20 ms after the last request was written, less than a busy machine may hold
-    # back one of the client's threads.
-    larger = write_tiny_model(tmp_path / "larger.gguf", TinyModelSpec(seed=3, n_embd=512, n_layer=4, n_head=8,
-                                                                      n_ff=2048, name="tiny-larger"))
-    router = router_factory(f"[tiny]\nmodel = {larger}\nctx-size = {8 * 1024}\nparallel = 8\n")
+def test_streams_of_a_batch_overlap(router_factory, larger_model):
+    # the larger model: the first token of any stream comes over 200 ms after its request. The tiny model
+    # answered 20 ms after the last request was written, less than a busy machine may hold back one of the
+    # client's threads.
+    router = router_factory(f"[tiny]\nmodel = {larger_model}\nctx-size = {8 * 1024}\nparallel = 8\n")
     engine = open_engine("llama-cpp", router.url, timeout=120, streams=8)
     try:
         prompt = Protocol().with_prompt().prompt  # the shipped code prompt, ~760 tokens, processed whole

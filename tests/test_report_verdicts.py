@@ -13,7 +13,6 @@ from click.testing import CliRunner
 from llm_bench.cli import main
 from llm_bench.results import AliasRecord, RunRecord
 from llm_bench.testbed.presets import render_presets_ini
-from llm_bench.testbed.tiny_gguf import TinyModelSpec, write_tiny_model
 from llm_bench.workloads.common import precision_met
 
 
@@ -27,19 +26,17 @@ def results_file(folder: Path) -> Path:
 
 
 @pytest.fixture
-def three_presets(router_factory, tiny_models, tmp_path):
+def three_presets(router_factory, tiny_models, larger_model):
     """Two presets that differ only in their names, and a random model with about 200 times the tiny model's
     weights (decodes several times slower). One thread at realtime priority each: on two cores shared with
     other test runs, llama.cpp's spinning worker threads otherwise turn every other process's load into swings of
     the decode rate by a factor of three between loads and ten between runs."""
-    larger = write_tiny_model(tmp_path / "larger.gguf", TinyModelSpec(seed=3, n_embd=512, n_layer=4, n_head=8,
-                                                                      n_ff=2048, name="tiny-larger"))
     ini = render_presets_ini({
         "*": {"ctx-size": 1024, "parallel": 1, "threads": 1, "threads-batch": 1,
               "prio": 3, "prio-batch": 3},
         "tiny-a": {"model": str(tiny_models["target"])},
         "tiny-b": {"model": str(tiny_models["target"])},
-        "larger": {"model": str(larger)},
+        "larger": {"model": str(larger_model)},
     })
     return router_factory(ini)
 

@@ -21,19 +21,16 @@ from llm_bench.cli import main
 from llm_bench.results import load_results
 from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.testbed.router import start_router
-from llm_bench.testbed.tiny_gguf import TinyModelSpec, write_tiny_model
 from llm_bench.tune.search import TUNE
 
 
 @pytest.fixture(scope="module")
-def two_speeds(llama_server_bin, tiny_models, tmp_path_factory):
+def two_speeds(llama_server_bin, tiny_models, larger_model, tmp_path_factory):
     folder = tmp_path_factory.mktemp("tune-decisions")
-    larger = write_tiny_model(folder / "larger.gguf", TinyModelSpec(seed=3, n_embd=512, n_layer=4, n_head=8,
-                                                                    n_ff=2048, name="tiny-larger"))
     ini = folder / "presets.ini"
     ini.write_text(render_presets_ini({
         "*": {"ctx-size": 1024, "parallel": 1, "threads": 1, "threads-batch": 1, "prio": 3, "prio-batch": 3},
-        "slow": {"model": str(larger)},
+        "slow": {"model": str(larger_model)},
         "fast": {"model": str(tiny_models["target"])},
     }))
     router = start_router(llama_server_bin, ini, log_path=folder / "router.log")
