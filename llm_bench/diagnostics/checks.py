@@ -324,13 +324,19 @@ def speculative_method(text: str) -> str | None:
         except ValueError:
             continue
         if isinstance(config, dict):
-            named = config.get("method") or (config.get("model") if str(config.get("model", "")).strip("[]").lower()
-                                             == "ngram" else None)
-            method = str(named).strip("[]").lower() if named else method
+            if config.get("method"):
+                method = _method_name(config["method"])
+            elif _method_name(config.get("model", "")) == "ngram":
+                method = "ngram"
     model = flag_value(text, "--speculative-model", "--speculative_model")
-    if method is None and model and model.strip("[]").lower() == "ngram":
+    if method is None and model and _method_name(model) == "ngram":
         method = "ngram"
     return method
+
+
+def _method_name(value: object) -> str:
+    # vLLM reads "[ngram]" (its older spelling) as ngram
+    return str(value).strip("[]").lower()
 
 
 def vllm_config(command_lines: Sequence[str] = (), files: dict[str, str] | None = None,
@@ -413,9 +419,9 @@ def check_acceptance_log(log_text: str, source: str = "the server log",
             bad = int(m[3]) > 0 and float(m[1]) < 1.0
         trapped += bad
         latest = (line.strip(), bad)
-    cause, fix = trap_cause(drafts_from_context)
     if latest is None or not latest[1]:
         return []
+    cause, fix = trap_cause(drafts_from_context)
     return [Finding(
         "acceptance-log", ERROR,
         f"vLLM drafts tokens and accepts none ({source}, latest of {trapped} such line(s): \"{latest[0][-300:]}\"). "
