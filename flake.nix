@@ -49,7 +49,7 @@
       # llama-cpp is unfree, so cache.nixos.org has it not). Not in `checks`; a CI job builds
       # `cuda-engines` and pushes it to a cache the machines use.
       cudaEngines = {
-        llama-cpp-cuda = pkgs.llama-cpp.override { cudaSupport = true; };
+        llama-cpp-cuda = pkgs.llama-cpp-cuda or (pkgs.llama-cpp.override { cudaSupport = true; });
         inherit (self.packages.${system}) llama-cpp-fa86 llamampere;
       };
 
@@ -106,6 +106,13 @@
           llmBench.llamampere.src = lib.mkDefault llamampere;
           llmBench.llamampere.version = lib.mkDefault llamampereVersion;
         };
+
+      # programs.llm-bench installs this flake's own build.
+      llmBenchPackage =
+        { lib, ... }:
+        {
+          programs.llm-bench.package = lib.mkDefault self.packages.${system}.llm-bench;
+        };
     in
     {
       nixosModules = {
@@ -122,10 +129,17 @@
             llamampereSource
           ];
         };
+        llm-bench = {
+          imports = [
+            ./modules/llm-bench-program.nix
+            llmBenchPackage
+          ];
+        };
         default = {
           imports = [
             ./modules/default.nix
             llamampereSource
+            llmBenchPackage
           ];
         };
       };

@@ -13,8 +13,12 @@
 # that, and everything a user put in services.llama-cpp (presets, `"*"` settings, port, ...)
 # reaches every specialisation, because the module's own values are all mkDefault.
 #
-# This project's settings of the generic module, each mkDefault: port 48123, models sleep
-# after 300 s idle, CUDA (the NVIDIA driver asserted, the unit opens the NVIDIA device nodes
+# `llmBench.referencePresets.enable` (on by default) serves the reference presets this project
+# ships (./presets/base.nix with the shared `[*]`, fa86's kv84, llamampere's ampere grid); off,
+# the router serves only the user's own presets.
+#
+# This project's settings of the generic module, each mkDefault: port 48123 (nixpkgs'
+# `settings.port` or, before NixOS/nixpkgs#528626, `port`), models sleep after 300 s idle, CUDA (the NVIDIA driver asserted, the unit opens the NVIDIA device nodes
 # only, and refuses to start without a CUDA device) unless `llmBench.cuda` is false.
 {
   config,
@@ -197,10 +201,25 @@ in
       description = "The engine this configuration runs: `default` in the base system, the specialisation's own in a specialisation.";
     };
 
+    referencePresets.enable = mkOption {
+      type = types.bool;
+      default = true;
+      example = false;
+      description = ''
+        Serve the reference presets this project ships: the four Qwen3.8-27B presets
+        (`qwen3.8-27b-base`, `-mtp2`, `-dflash2-4`, `-turbo-coder-mtp2`) with their shared `[*]`
+        defaults in `llmBench.presets`, and each engine's own (fa86's `qwen3.8-27b-kv84`,
+        llamampere's `ampere-*`). Off, the router serves only the presets you declare
+        (`services.llama-cpp.presets`, `llmBench.presets`, `llmBench.engines.<engine>.presets`).
+      '';
+    };
+
     presets = mkOption {
       type = presetsType;
+      default = { };
       description = ''
-        The base presets (./presets/base.nix, with `llmBench.models`), served by the engines
+        The base presets (./presets/base.nix, with `llmBench.models`, when
+        `referencePresets.enable`), served by the engines
         that inherit them (stock and fa86). Definitions add to them and override them key by
         key; presets for every engine belong in `services.llama-cpp.presets`.
       '';
@@ -218,11 +237,18 @@ in
   };
 
   config = {
-    llmBench.presets = yielding (import ./presets/base.nix { inherit (cfg) models; });
+    llmBench.presets = lib.mkIf cfg.referencePresets.enable (
+      yielding (import ./presets/base.nix { inherit (cfg) models; })
+    );
 
     llmBench.engines.stock = {
+      # nixpkgs' own CUDA attribute where it has one (unstable, 26.11), so a binary cache that
+      # holds it serves this engine.
       package = lib.mkDefault (
-        if cfg.cuda then pkgs.llama-cpp.override { cudaSupport = true; } else pkgs.llama-cpp
+        if cfg.cuda then
+          pkgs.llama-cpp-cuda or (pkgs.llama-cpp.override { cudaSupport = true; })
+        else
+          pkgs.llama-cpp
       );
     };
 
@@ -230,10 +256,16 @@ in
       enable = lib.mkDefault true;
       package = lib.mkIf (engine.package != null) (lib.mkDefault engine.package);
       presets = yielding (presetsOf engine);
-      port = lib.mkDefault 48123;
       sleepIdleSeconds = lib.mkDefault 300;
       cuda = lib.mkDefault cfg.cuda;
-    };
+    }
+    # The port under the name this nixpkgs declares (see ./llama-cpp.nix).
+    // (
+      if options.services.llama-cpp ? settings then
+        { settings.port = lib.mkDefault 48123; }
+      else
+        { port = lib.mkDefault 48123; }
+    );
 
     specialisation = lib.mapAttrs' (
       name: e:

@@ -1,18 +1,32 @@
 # services.llama-cpp, extended with router mode. nixpkgs' own module
 # (nixos/modules/services/misc/llama-cpp.nix, in every NixOS system) stays in charge: it
-# declares `enable`, `package`, `model`, `modelsDir`, `extraFlags`, `host`, `port` and
-# `openFirewall`, writes the unit and its hardening, and builds ExecStart. This module adds
-# options next to those and sets nixpkgs' options (and a few of the unit's settings) from
-# them; it neither replaces nor copies nixpkgs' module, so a change there reaches this one.
+# declares `enable`, `package` and `openFirewall` and the command line's options, writes the
+# unit and its hardening, and builds ExecStart. This module adds options next to those and sets
+# nixpkgs' options (and a few of the unit's settings) from them; it neither replaces nor copies
+# nixpkgs' module, so a change there reaches this one.
+#
+# nixpkgs has two generations of that module, told apart by what it declares (never by a
+# version): NixOS 26.05's has `host`, `port`, `model`, `modelsDir` and `extraFlags`; since
+# NixOS/nixpkgs#528626 (unstable, 26.11) they are one freeform `settings` rendered by
+# `lib.cli.toCommandLine`, and the old names are renamed or removed. With `settings`, the
+# router's flags are keys of it (`models-preset`, `models-max`, `sleep-idle-seconds`,
+# `models-dir`), declared here as typed sub-options whose defaults come from this module's
+# options, so a user's own `settings.models-max = 2;` wins over them as any definition wins
+# over a default (the freeform `types.attrs` would keep a `mkDefault` wrapper in the value).
+# Without it, they go to `extraFlags`, before the user's.
 #
 # Router mode: `presets` (and `presetGrids`) are rendered to the INI file passed with
-# `--models-preset` (through nixpkgs' `extraFlags`, as /etc/llama-cpp/presets.ini); models load on the first request that
+# `--models-preset` (as /etc/llama-cpp/presets.ini); models load on the first request that
 # names them and, with `sleepIdleSeconds`, sleep after that long without requests; at most
-# `modelsMax` are loaded at once. nixpkgs' module asserts that `model` or `modelsDir` is set,
-# so with presets `modelsDir` defaults to an empty directory in the store (the router then
-# serves the presets and nothing else; set it to a folder of GGUF files to serve those too).
+# `modelsMax` are loaded at once. The older nixpkgs module asserts that `model` or `modelsDir`
+# is set, so with presets the models directory defaults to an empty directory in the store
+# under both (the router then serves the presets and nothing else; set it to a folder of GGUF
+# files to serve those too).
 # Downloads (`hf-repo`, `model-url`) go to the state directory /var/lib/llama-cpp
 # (LLAMA_CACHE), which every specialisation shares, so switching builds re-downloads nothing.
+# The newer nixpkgs unit sets LLAMA_CACHE=/var/cache/llama-cpp in serviceConfig.Environment,
+# which systemd applies after the `environment` lines (the last assignment wins), so ours is
+# an Environment= line after nixpkgs' own.
 #
 # The INI is built by a derivation that runs the package's own `llama-server --help` and
 # refuses preset keys and command-line flags it does not know (../pkgs/check-preset-keys), so
@@ -30,6 +44,7 @@
 # ./lib/presets-ini.nix.
 {
   config,
+  options,
   lib,
   pkgs,
   ...
@@ -37,6 +52,16 @@
 
 let
   cfg = config.services.llama-cpp;
+  # nixpkgs' module since NixOS/nixpkgs#528626 (see the top of this file).
+  hasSettings = options.services.llama-cpp ? settings;
+  listen = if hasSettings then { inherit (cfg.settings) host port; } else { inherit (cfg) host port; };
+  # What the user serves besides presets. With `settings`, a definition of nixpkgs' renamed
+  # `model` reaches `settings.model` wrapped in its override (the freeform type keeps it), so
+  # it is asserted against below rather than read.
+  renamedModel = hasSettings && options.services.llama-cpp.model.isDefined;
+  singleModel =
+    if hasSettings then (if renamedModel then null else cfg.settings.model or null) else cfg.model;
+  modelsDir = if hasSettings then cfg.settings.models-dir else cfg.modelsDir;
   unit = config.systemd.services.llama-cpp;
   ini = import ./lib/presets-ini.nix { inherit lib; };
   inherit (ini) presetType;
@@ -53,32 +78,70 @@ let
 
   presetNames = ini.presetNames cfg.presets;
   hasPresets = presetNames != [ ];
-  routerMode = hasPresets || cfg.modelsDir != null;
+  routerMode = hasPresets || modelsDir != null;
   stateDir = "/var/lib/llama-cpp";
   server = "${cfg.package}/bin/llama-server";
 
   keyChecker = pkgs.callPackage ../pkgs/check-preset-keys { };
 
-  # The router's own flags, passed through nixpkgs' extraFlags (before the user's). The INI is
-  # named by its /etc path, so that the key check below can read the command line without
-  # depending on its own output; `restartTriggers` restarts the unit when the INI changes.
-  routerFlags = ini.routerArgs {
+  # The router's own flags. The INI is named by its /etc path, so that the key check below can
+  # read the command line without depending on its own output; `restartTriggers` restarts the
+  # unit when the INI changes.
+  router = {
     presetsFile = if hasPresets then "/etc/llama-cpp/presets.ini" else null;
     modelsMax = if routerMode then cfg.modelsMax else null;
     inherit (cfg) sleepIdleSeconds;
   };
+  emptyModelsDir = if hasPresets then "${pkgs.emptyDirectory}" else null;
 
-  # Every flag of the command line nixpkgs' module builds (`--host`, `--port`, `-m`,
-  # `--models-dir`, then extraFlags), for the key check.
-  commandLineFlags = ini.flagsOf (
-    [
-      "--host"
-      "--port"
-    ]
-    ++ lib.optional (cfg.model != null) "-m"
-    ++ lib.optional (cfg.modelsDir != null) "--models-dir"
-    ++ cfg.extraFlags
-  );
+  # The router's keys of nixpkgs' `settings`, as a module of that submodule: typed, so their
+  # defaults yield to a user's definition (see the top of this file).
+  routerSettings =
+    { config, ... }:
+    let
+      nullOr = t: description: mkOption { type = types.nullOr t; inherit description; };
+    in
+    {
+      options = {
+        models-preset = nullOr types.str "The router's presets INI (services.llama-cpp.presets).";
+        models-max = nullOr types.ints.unsigned "The most models loaded at once (services.llama-cpp.modelsMax).";
+        sleep-idle-seconds = nullOr types.int "Seconds without requests before a model sleeps (services.llama-cpp.sleepIdleSeconds).";
+        models-dir = nullOr types.str "A directory of GGUF files the router serves besides the presets.";
+      };
+      config = {
+        models-preset = lib.mkDefault router.presetsFile;
+        models-dir = lib.mkDefault emptyModelsDir;
+        models-max = lib.mkDefault (if hasPresets || config.models-dir != null then cfg.modelsMax else null);
+        sleep-idle-seconds = lib.mkDefault router.sleepIdleSeconds;
+      };
+    };
+
+  # Every flag of the command line nixpkgs' module builds, for the key check: the keys of
+  # `settings` it renders (null and false are left out, as lib.cli.toCommandLine does), or
+  # `--host`, `--port`, `-m`, `--models-dir`, then extraFlags.
+  optionOf = name: if builtins.stringLength name > 1 then "--${name}" else "-${name}";
+  commandLineFlags =
+    if hasSettings then
+      lib.mapAttrsToList (name: _: optionOf name) (
+        lib.filterAttrs (_: v: v != null && v != false && v != [ ]) cfg.settings
+      )
+    else
+      ini.flagsOf (
+        [
+          "--host"
+          "--port"
+        ]
+        ++ lib.optional (cfg.model != null) "-m"
+        ++ lib.optional (cfg.modelsDir != null) "--models-dir"
+        ++ cfg.extraFlags
+      );
+
+  # LLAMA_CACHE and HOME, which a user may still set through `environment`.
+  stateEnvironment = {
+    LLAMA_CACHE = stateDir;
+    HOME = stateDir;
+  }
+  // lib.getAttrs (lib.intersectLists [ "LLAMA_CACHE" "HOME" ] (lib.attrNames cfg.environment)) cfg.environment;
 
   # The INI, checked against the keys and flags this configuration's own llama-server
   # accepts: a specialisation with another package (a fork with other options) is checked
@@ -105,7 +168,7 @@ let
       pkgs.writeText "llama-cpp-presets.ini" cfg.presetsIni;
 
   # A wildcard listen address is reached on the loopback one.
-  localHost = if cfg.host == "0.0.0.0" || cfg.host == "::" then "127.0.0.1" else cfg.host;
+  localHost = if listen.host == "0.0.0.0" || listen.host == "::" then "127.0.0.1" else listen.host;
 
   marker = ini.marker {
     inherit (cfg) specialisation presets;
@@ -114,7 +177,8 @@ let
     packagePath = "${cfg.package}";
     packageRev = ini.commitOf (cfg.package.src.rev or null);
     presetsFile = if hasPresets then "/etc/llama-cpp/presets.ini" else null;
-    url = "http://${localHost}:${toString cfg.port}";
+    inherit (ini.buildOf (cfg.package.cmakeFlags or [ ])) buildNumber buildCommit;
+    url = "http://${localHost}:${toString listen.port}";
   };
 
   # A broken engine (a flag or key its llama-server refuses, no GPU) fails at every start;
@@ -235,7 +299,7 @@ in
       example = {
         LLAMA_MTP_GPU_VERIFY = "greedy";
       };
-      description = "Extra environment variables of the service (LLAMA_CACHE and HOME are /var/lib/llama-cpp). Secrets belong in `environmentFile`.";
+      description = "Extra environment variables of the service (LLAMA_CACHE and HOME are /var/lib/llama-cpp unless set here). Secrets belong in `environmentFile`.";
     };
 
     environmentFile = mkOption {
@@ -286,15 +350,34 @@ in
         services.llama-cpp = {
           presetsIni = ini.render cfg.presets;
           presets = lib.mkMerge gridPresets;
-          # nixpkgs' `model` and `modelsDir` have no default; its assertion wants one of them.
-          model = lib.mkDefault null;
-          modelsDir = lib.mkDefault (if hasPresets then "${pkgs.emptyDirectory}" else null);
-          extraFlags = lib.mkBefore routerFlags;
-        };
+        }
+        # Each generation gets only names its nixpkgs module declares: a definition of a
+        # renamed or removed option would warn or fail an assertion (and can only be made
+        # below the option set, as `options` decides it).
+        // (
+          if hasSettings then
+            { settings = routerSettings; }
+          else
+            {
+              # nixpkgs' `model` and `modelsDir` have no default; its assertion wants one of them.
+              model = lib.mkDefault null;
+              modelsDir = lib.mkDefault emptyModelsDir;
+              extraFlags = lib.mkBefore (ini.routerArgs router);
+            }
+        );
 
         assertions = [
           {
-            assertion = !(cfg.model != null && routerMode);
+            assertion = !renamedModel;
+            message = ''
+              services.llama-cpp.model: this nixpkgs renamed it to services.llama-cpp.settings.model, and a
+              definition of the old name cannot be rendered on llama-server's command line here (its freeform
+              `settings` keeps the rename's override). Set services.llama-cpp.settings.model instead, or serve
+              the model as a preset (services.llama-cpp.presets.<name>.model).
+            '';
+          }
+          {
+            assertion = !(singleModel != null && routerMode);
             message = "services.llama-cpp: `model` starts a single-model server; it cannot be combined with `presets` or `modelsDir` (router mode).";
           }
         ]
@@ -309,11 +392,7 @@ in
         ];
 
         systemd.services.llama-cpp = {
-          environment = {
-            LLAMA_CACHE = stateDir;
-            HOME = stateDir;
-          }
-          // cfg.environment;
+          environment = removeAttrs cfg.environment (lib.attrNames stateEnvironment);
 
           restartTriggers = lib.optional hasPresets presetsFile;
 
@@ -326,6 +405,9 @@ in
             # and a 16 GB model takes long to fetch again. Shared by every specialisation.
             StateDirectory = "llama-cpp";
             WorkingDirectory = stateDir;
+            # After nixpkgs' own Environment= (the newer unit's LLAMA_CACHE=/var/cache/llama-cpp):
+            # systemd keeps the last assignment.
+            Environment = lib.mkAfter (lib.mapAttrsToList (n: v: builtins.toJSON "${n}=${v}") stateEnvironment);
             EnvironmentFile = lib.mkIf (cfg.environmentFile != null) cfg.environmentFile;
             # The router stops the model processes it started; give them time to exit.
             TimeoutStopSec = 30;

@@ -24,6 +24,8 @@ in
     package = lib.mkDefault (
       pkgs.callPackage ../pkgs/llama-cpp-fa86.nix { inherit (config.llmBench) cuda; }
     );
-    presets = yielding (import ./llm-fa86-presets.nix { inherit (config.llmBench) models; });
+    presets = lib.mkIf config.llmBench.referencePresets.enable (
+      yielding (import ./llm-fa86-presets.nix { inherit (config.llmBench) models; })
+    );
   };
 }

@@ -43,7 +43,9 @@ in
         }
       )
     );
-    presets = yielding (import ./llm-llamampere-presets.nix { inherit (cfg) models; });
+    presets = lib.mkIf cfg.referencePresets.enable (
+      yielding (import ./llm-llamampere-presets.nix { inherit (cfg) models; })
+    );
     inheritBasePresets = lib.mkDefault false;
   };
 }

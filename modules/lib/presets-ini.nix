@@ -216,6 +216,25 @@ let
   # commit), else null (a tag, a path, no source).
   commitOf = rev: if isString rev && match "[0-9a-f]{40}" rev != null then rev else null;
 
+  # The build number and commit that llama-server reports (`--version`, /props' build_info),
+  # as the recipe passes them to CMake (`-DLLAMA_BUILD_NUMBER:STRING=11393`); null where the
+  # build reads them from its source (NixOS 26.05's recipe takes the commit from a COMMIT file).
+  buildOf =
+    cmakeFlags:
+    let
+      valueOf =
+        name:
+        let
+          found = lib.findFirst (f: match "-D${name}(:[A-Z]+)?=.*" f != null) null cmakeFlags;
+        in
+        if found == null then null else builtins.elemAt (match "-D${name}(:[A-Z]+)?=(.*)" found) 1;
+      plain = v: if v != null && match "[0-9A-Za-z._-]+" v != null then v else null;
+    in
+    {
+      buildNumber = plain (valueOf "LLAMA_BUILD_NUMBER");
+      buildCommit = plain (valueOf "LLAMA_BUILD_COMMIT");
+    };
+
   # The marker written to /etc/llama-cpp/active.json (format documented in docs/nixos.md).
   marker =
     {
@@ -224,6 +243,8 @@ let
       packageVersion,
       packagePath,
       packageRev ? null,
+      buildNumber ? null,
+      buildCommit ? null,
       presets,
       presetsFile,
       url,
@@ -236,6 +257,8 @@ let
         version = packageVersion;
         path = packagePath;
         rev = packageRev;
+        build_number = buildNumber;
+        build_commit = buildCommit;
       };
       presets = presetNames presets;
       presets_file = presetsFile;
@@ -255,6 +278,7 @@ in
     routerArgs
     flagsOf
     commitOf
+    buildOf
     marker
     ;
 }

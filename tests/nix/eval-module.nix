@@ -19,12 +19,14 @@
   # nixpkgs' own services.litellm, which the fleet module (../../modules/fleet.nix) configures.
   litellmModule ? nixpkgsRoot + "/nixos/modules/services/misc/litellm.nix",
   modulesPath ? nixpkgsRoot + "/nixos/modules",
+  # Replaces attributes of the stand-in package set (see ./stand-ins.nix).
+  overlay ? _: { },
 }:
 
 let
   lib = import libPath;
   inherit (lib) mkOption types;
-  pkgs = import ./stand-ins.nix { inherit lib nixpkgsRoot; };
+  pkgs = import ./stand-ins.nix { inherit lib nixpkgsRoot overlay; };
 
   # nixpkgs' nixos/lib/utils.nix, the one function nixpkgs' llama-cpp module takes from it.
   utils.escapeSystemdExecArgs = (import ../../modules/lib/systemd-args.nix).escapeSystemdArgs;
@@ -129,6 +131,10 @@ let
             }
           );
         };
+        environment.systemPackages = mkOption {
+          type = types.listOf types.package;
+          default = [ ];
+        };
         boot.kernelModules = mkOption {
           type = types.listOf types.str;
           default = [ ];
@@ -199,32 +205,48 @@ let
 
   failedAssertions = config: map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
 
+  # nixpkgs' module since NixOS/nixpkgs#528626 has `settings` (see ../../modules/llama-cpp.nix).
+  hasSettings = options: options.services.llama-cpp ? settings;
+
   describe =
-    config:
+    { config, options }:
     let
       cfg = config.services.llama-cpp;
       unit = config.systemd.services.llama-cpp;
       etc = config.environment.etc;
+      orNull = v: if v == null then null else toString v;
     in
     {
       failedAssertions = failedAssertions config;
       warnings = config.warnings;
+      generation = if hasSettings options then "settings" else "flags";
+      # The same names under both generations, read where each declares them.
       options = {
         inherit (cfg)
           enable
           cuda
-          host
-          port
           openFirewall
           modelsMax
           sleepIdleSeconds
           specialisation
-          extraFlags
           deviceAllow
           ;
-        model = if cfg.model == null then null else toString cfg.model;
-        modelsDir = if cfg.modelsDir == null then null else toString cfg.modelsDir;
-      };
+      }
+      // (
+        if hasSettings options then
+          {
+            inherit (cfg.settings) host port;
+            model = orNull (cfg.settings.model or null);
+            modelsDir = orNull cfg.settings.models-dir;
+            settings = builtins.mapAttrs (_: v: if builtins.isPath v then toString v else v) cfg.settings;
+          }
+        else
+          {
+            inherit (cfg) host port extraFlags;
+            model = orNull cfg.model;
+            modelsDir = orNull cfg.modelsDir;
+          }
+      );
       package = {
         inherit (cfg.package) pname version;
         path = cfg.package.outPath;
@@ -273,6 +295,7 @@ let
       };
       firewall = config.networking.firewall.allowedTCPPorts;
       specialisations = builtins.attrNames config.specialisation;
+      systemPackages = map (p: p.name) config.environment.systemPackages;
     };
 in
 {
@@ -284,15 +307,21 @@ in
     describe
     ;
 
+  # Whether this tree's nixpkgs module has `settings`.
+  generation = if hasSettings (eval [ ]).options then "settings" else "flags";
+
   # Summary of the base system and of every specialisation.
   summary =
     modules:
     let
       base = eval modules;
+      # A specialisation's `configuration` is its evaluated config; its options are those of
+      # the same module list.
+      child = s: describe { config = s.configuration; inherit (base) options; };
     in
-    describe base.config
+    describe { inherit (base) config options; }
     // {
-      specialised = lib.mapAttrs (_: s: describe s.configuration) base.config.specialisation;
+      specialised = lib.mapAttrs (_: child) base.config.specialisation;
     };
 
   # Just the failed assertions (for configurations with bad preset data, whose INI throws).

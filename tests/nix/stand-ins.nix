@@ -8,7 +8,15 @@
 # implements both overrideAttrs styles (`old: { }` and `final: old: { }`) over the finalAttrs
 # fixpoint, as stdenv's make-derivation.nix does. Store paths are fake: a hash of the
 # attributes that decide a build (name, cmakeFlags, src, build script).
-{ lib, nixpkgsRoot }:
+#
+# Each tree's recipe asks for its own inputs (unstable's also `buildPackages`, and CUDA's
+# `cccl` where 26.05's has `cuda_cccl`); a tree that has `llama-cpp-cuda` (unstable) gets it,
+# called from its own file, as nixpkgs does. `overlay` replaces attributes (a test's control).
+{
+  lib,
+  nixpkgsRoot,
+  overlay ? _: { },
+}:
 
 let
   fakeOutPath =
@@ -95,8 +103,11 @@ let
 
   callPackageWith = lib.callPackageWith;
 
+  cudaRecipe = nixpkgsRoot + "/pkgs/by-name/ll/llama-cpp-cuda/package.nix";
+
   pkgs = {
     inherit lib stdenv;
+    buildPackages = pkgs;
     stdenvNoCC = stdenv;
     config = {
       cudaSupport = false;
@@ -134,6 +145,7 @@ let
       backendStdenv = stdenv;
       cuda_nvcc = tool "cuda_nvcc" "12.8";
       cuda_cccl = tool "cuda_cccl" "12.8";
+      cccl = tool "cccl" "12.8";
       cuda_cudart = tool "cuda_cudart" "12.8";
       libcublas = tool "libcublas" "12.8";
       flags.cmakeCudaArchitecturesString = "75;80;86;89;90";
@@ -159,6 +171,7 @@ let
     runtimeShell = "${tool "bash" "5.3"}/bin/bash";
     fetchurl = args: fakeDrv { name = baseNameOf args.url; inherit (args) url; };
     systemd = tool "systemd" "258";
+    coreutils = tool "coreutils" "9.7";
     litellm = fakeDrv {
       pname = "litellm";
       version = "1.80.0";
@@ -207,6 +220,27 @@ let
     callPackage = callPackageWith pkgs;
 
     llama-cpp = pkgs.callPackage (nixpkgsRoot + "/pkgs/by-name/ll/llama-cpp/package.nix") { };
-  };
+
+    # nixpkgs' Python set, as far as pkgs/llm-bench.nix reads it: every attribute a package.
+    python3Packages = {
+      buildPythonApplication = attrs: fakeDrv attrs;
+    }
+    // lib.genAttrs [
+      "setuptools"
+      "httpx"
+      "httpx-sse"
+      "click"
+      "pydantic"
+      "nvidia-ml-py"
+      "tomli-w"
+      "matplotlib"
+      "gguf"
+      "tqdm"
+    ] (name: tool name "1");
+  }
+  // lib.optionalAttrs (builtins.pathExists cudaRecipe) {
+    llama-cpp-cuda = pkgs.callPackage cudaRecipe { };
+  }
+  // overlay pkgs;
 in
 pkgs
