@@ -3,7 +3,7 @@
 
 let
   # pyproject takes the version from llm_bench.__version__ (tool.setuptools.dynamic).
-  versionLine = builtins.match ''.*__version__ = "([^"]+)".*'' (builtins.readFile "${src}/llm_bench/__init__.py");
+  versionLine = builtins.match ''.*__version__ = "([^"]+)".*'' (builtins.readFile (src + "/llm_bench/__init__.py"));
 in
 python3Packages.buildPythonApplication {
   pname = "llm-bench";

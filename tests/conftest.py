@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +20,24 @@ from llm_bench.testbed.tiny_gguf import TinyModelSpec, write_tiny_model
 # stays ignored across exec: the Ctrl-C tests' processes would never see their SIGINT. Processes the
 # tests start inherit the default disposition from here, whoever started pytest.
 signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "nix: evaluates the flake's Nix code against the nixpkgs tree in NIXPKGS_LIB "
+        "(./dev test runs these once per tree: `-m nix` selects them)",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name.startswith("test_nix_"):
+            item.add_marker(pytest.mark.nix)
+
+
+def pytest_report_header() -> str:
+    return f"nixpkgs tree for the Nix tests (NIXPKGS_LIB): {os.environ.get('NIXPKGS_LIB') or 'not set'}"
 
 
 @pytest.fixture(scope="session")

@@ -57,6 +57,7 @@ def served_by(response: httpx.Response) -> tuple[str | None, str | None]:
     return response.headers.get("x-litellm-model-api-base"), response.headers.get("x-litellm-model-id")
 
 
+@pytest.mark.nix  # renders the fleet module with the tree's services.litellm
 def test_the_proxy_runs_the_rendered_file_and_fails_over_to_the_second_box(
     router_factory, proxy_factory, bed: Path, tmp_path: Path
 ) -> None:
@@ -92,6 +93,7 @@ def test_the_proxy_runs_the_rendered_file_and_fails_over_to_the_second_box(
     assert back, f"no request was answered by box1 within 60 s of its return; proxy log:\n{proxy.log()[-3000:]}"
 
 
+@pytest.mark.nix  # renders the fleet module with the tree's services.litellm
 def test_why_orders_are_fallback_groups_and_not_litellms_order_key(
     router_factory, proxy_factory, bed: Path, tmp_path: Path
 ) -> None:

@@ -7,6 +7,11 @@ and gives the modules a `pkgs` whose llama-cpp is nixpkgs' real recipe called wi
 unit's ExecStart and serviceConfig, the /etc files (with the derivation that checks the INI),
 the package (name, version, CMake flags, hooks) and the failed assertions. Without NIXPKGS_LIB
 these tests skip and say so (in CI they fail: CI has ../shared/nixpkgs).
+
+Every test runs against the tree NIXPKGS_LIB names, and `./dev test` runs them once per tree:
+../shared/nixpkgs-unstable (nixpkgs' `settings` module, the flake's lock) and ../shared/nixpkgs
+(NixOS 26.05's `extraFlags` one). Where the generations differ in what a user writes or in how
+nixpkgs renders the unit, the test says which it expects (`generation()`).
 """
 
 from __future__ import annotations
@@ -16,7 +21,18 @@ import shlex
 
 import pytest
 
-from tests.nix.helpers import EXPECTED, REPO, NixError, nix_eval, nix_string, nixpkgs_root
+from tests.nix.helpers import (
+    EXPECTED,
+    REPO,
+    NixError,
+    effective_environment,
+    exec_flags,
+    generation,
+    nix_eval,
+    nix_string,
+    nixpkgs_root,
+    service_settings,
+)
 
 HARNESS = REPO / "tests" / "nix" / "eval-module.nix"
 ALL = f"{REPO}/modules/default.nix"
@@ -28,7 +44,22 @@ LLAMAMPERE_SRC = ('{ llmBench.llamampere = { version = "0-unstable-2026-06-14"; 
 NVIDIA = '{ services.xserver.videoDrivers = [ "nvidia" ]; }'
 ENGINES = "{ llmBench.engines = { fa86.enable = true; llamampere.enable = true; }; }"
 EMPTY_DIR = "-empty-directory"
-RECIPE_VERSION = "9608"  # of ../shared/nixpkgs' llama-cpp recipe
+# Each tree's llama-cpp recipe: its version and the build number and commit it passes to CMake
+# (26.05's reads the commit from its source at build time).
+RECIPES = {"flags": ("9608", "9608", None), "settings": ("0.5.0-unstable-2026-10-04", "11393", "dbe4c3e")}
+
+
+def recipe() -> tuple[str, str, str | None]:
+    return RECIPES[generation()]
+
+
+def single_model(path: str, **more: str) -> str:
+    """A user's single-model server in the tree's nixpkgs terms."""
+    if generation() == "settings":
+        extra = " ".join(f"{k} = {v};" for k, v in more.items())
+        return f'{{ services.llama-cpp = {{ enable = true; settings = {{ model = {path}; {extra} }}; }}; }}'
+    extra = " ".join(f"{ {'models-dir': 'modelsDir'}.get(k, k)} = {v};" for k, v in more.items())
+    return f"{{ services.llama-cpp = {{ enable = true; model = {path}; {extra} }}; }}"
 
 BASE_PRESETS = ["qwen3.8-27b-base", "qwen3.8-27b-dflash2-4", "qwen3.8-27b-mtp2", "qwen3.8-27b-turbo-coder-mtp2"]
 
@@ -59,15 +90,21 @@ def exec_args(exec_start: str) -> list[str]:
 # The options this module adds to nixpkgs' services.llama-cpp.
 OWN_OPTIONS = {"presets", "presetGrids", "checkPresetKeys", "presetsIni", "modelsMax", "sleepIdleSeconds",
                "environment", "environmentFile", "specialisation", "cuda", "deviceAllow"}
-NIXPKGS_OPTIONS = {"enable", "package", "model", "modelsDir", "extraFlags", "host", "port", "openFirewall"}
+NIXPKGS_OPTIONS = {
+    "flags": {"enable", "package", "model", "modelsDir", "extraFlags", "host", "port", "openFirewall"},
+    # With the renamed and removed names, which nixpkgs declares as aliases.
+    "settings": {"enable", "package", "settings", "openFirewall", "host", "port", "model", "modelsDir", "modelsPreset",
+                 "extraFlags"},
+}
 
 
 def test_the_module_extends_nixpkgs_own() -> None:
     """nixpkgs' module stays in the module list and declares its options; ours declares only the
     options it adds (none of them a name of nixpkgs' module) and replaces no module."""
-    files = nix_eval(f"builtins.mapAttrs (_: o: o.declarations) ({harness()}.eval [ {GENERIC} ]).options.services.llama-cpp")
+    files = nix_eval(f"builtins.mapAttrs (_: o: o.declarations or null)"
+                     f" ({harness()}.eval [ {GENERIC} ]).options.services.llama-cpp")
     nixpkgs = str(nixpkgs_root() / "nixos/modules/services/misc/llama-cpp.nix")
-    assert {name for name, f in files.items() if f == [nixpkgs]} == NIXPKGS_OPTIONS
+    assert {name for name, f in files.items() if f == [nixpkgs]} == NIXPKGS_OPTIONS[generation()]
     assert {name for name, f in files.items() if f == [GENERIC]} == OWN_OPTIONS
     for path in (REPO / "modules").rglob("*.nix"):
         assert "disabledModules" not in path.read_text(), path
@@ -75,14 +112,19 @@ def test_the_module_extends_nixpkgs_own() -> None:
 
 def test_nixpkgs_module_configuration_is_what_nixpkgs_renders() -> None:
     """With nothing of ours set, the unit is nixpkgs' own: its ExecStart, Type and restart delay."""
-    result = summary(GENERIC, '{ services.llama-cpp = { enable = true; model = "/models/m.gguf"; }; }')
-    assert exec_args(result["execStart"])[1:] == ["--host", "127.0.0.1", "--port", "8080", "-m", "/models/m.gguf"]
+    result = summary(GENERIC, single_model('"/models/m.gguf"'))
+    assert result["failedAssertions"] == [] and result["warnings"] == []
+    model = "--model" if generation() == "settings" else "-m"
+    assert exec_flags(result["execStart"]) == {"--host": "127.0.0.1", "--port": "8080", model: "/models/m.gguf"}
     sc = result["serviceConfig"]
-    assert (sc["Type"], sc["RestartSec"], sc["MemoryDenyWriteExecute"]) == ("idle", 300, True)
+    assert (sc["RestartSec"], sc["MemoryDenyWriteExecute"]) == (300, True)
+    assert sc.get("Type") == ("idle" if generation() == "flags" else None)
 
 
 def test_defaults(full: dict) -> None:
-    assert full["failedAssertions"] == []
+    assert full["failedAssertions"] == [] and full["warnings"] == []
+    for spec in full["specialised"].values():
+        assert spec["failedAssertions"] == [] and spec["warnings"] == []
     options = full["options"]
     assert options["enable"] is True
     assert options["port"] == 48123
@@ -100,11 +142,11 @@ def test_defaults(full: dict) -> None:
 def test_exec_start_runs_the_router(full: dict) -> None:
     args = exec_args(full["execStart"])
     assert args[0] == f"{full['package']['path']}/bin/llama-server"
-    # nixpkgs' module asserts `model` or `modelsDir`: an empty directory adds no model.
-    assert args[6].endswith(EMPTY_DIR), args
-    assert args[1:6] + args[7:] == ["--host", "127.0.0.1", "--port", "48123", "--models-dir",
-                                    "--models-preset", "/etc/llama-cpp/presets.ini",
-                                    "--models-max", "1", "--sleep-idle-seconds", "300"]
+    flags = exec_flags(full["execStart"])
+    # nixpkgs' older module asserts `model` or `modelsDir`: an empty directory adds no model.
+    assert flags.pop("--models-dir").endswith(EMPTY_DIR), flags
+    assert flags == {"--host": "127.0.0.1", "--port": "48123", "--models-preset": "/etc/llama-cpp/presets.ini",
+                     "--models-max": "1", "--sleep-idle-seconds": "300"}
     # The unit names the INI by its /etc path; a new INI restarts it through restartTriggers.
     assert full["restartTriggers"] == [full["etc"]["presetsIni"]["sourcePath"]]
 
@@ -117,7 +159,8 @@ def test_ini_file_and_marker_in_etc(full: dict) -> None:
     assert marker == {
         "format": "llm-bench-llama-cpp-active/1",
         "specialisation": "base",
-        "package": {"name": "llama-cpp", "version": RECIPE_VERSION, "path": full["package"]["path"], "rev": None},
+        "package": {"name": "llama-cpp", "version": recipe()[0], "path": full["package"]["path"], "rev": None,
+                    "build_number": recipe()[1], "build_commit": recipe()[2]},
         "presets": BASE_PRESETS,
         "presets_file": "/etc/llama-cpp/presets.ini",
         "url": "http://127.0.0.1:48123",
@@ -141,8 +184,8 @@ def test_ini_is_checked_against_each_configurations_own_package(full: dict) -> N
         # The unit's own flags are checked against the same --help.
         flags = [arg.split("=", 1)[1] for arg in shlex.split(command.split("check-preset-keys", 1)[1])
                  if arg.startswith("--flag=")]
-        assert flags == ["--host", "--port", "--models-dir", "--models-preset", "--models-max",
-                         "--sleep-idle-seconds"], flags
+        assert sorted(flags) == ["--host", "--models-dir", "--models-max", "--models-preset", "--port",
+                                 "--sleep-idle-seconds"], flags
         servers.add(server)
     assert len(servers) == 3  # stock, fa86 and the fork: three packages, three checks
     # The INI derivation depends on the package, so a new package gives a new INI path.
@@ -151,11 +194,33 @@ def test_ini_is_checked_against_each_configurations_own_package(full: dict) -> N
 
 
 def test_the_flag_check_covers_the_users_extra_flags() -> None:
-    result = summary(ALL, NVIDIA, '{ services.llama-cpp.extraFlags = [ "-c" "4096" "--temp" "-0.5" "--jinja=1" ]; }')
+    """The user's own command-line options (nixpkgs' `settings`, or `extraFlags` before it) reach
+    the unit and the key check."""
+    result = summary(ALL, NVIDIA, service_settings(c=4096, temp="-0.5", jinja=True))
+    assert result["failedAssertions"] == [] and result["warnings"] == []
     command = check_command(result)
     for flag in ("--flag=-c ", "--flag=--temp ", "--flag=--jinja "):
         assert flag in command, command
-    assert "-0.5" not in command and "4096" not in command  # values are not flags
+    checked = [arg.split("=", 1)[1] for arg in shlex.split(command.split("check-preset-keys", 1)[1])
+               if arg.startswith("--flag=")]
+    assert "-0.5" not in checked and "4096" not in checked  # values are not flags
+    flags = exec_flags(result["execStart"])
+    assert (flags["-c"], flags["--temp"], flags["--jinja"]) == ("4096", "-0.5", None), flags
+    assert flags["--models-preset"] == "/etc/llama-cpp/presets.ini"  # the router's stay
+
+
+def test_a_users_router_settings_win_over_the_modules() -> None:
+    """A user's own value of a router flag replaces the module's, not joins it."""
+    if generation() == "settings":
+        result = summary(ALL, NVIDIA, service_settings(**{"models-max": 2, "sleep-idle-seconds": 60}))
+    else:
+        result = summary(ALL, NVIDIA, "{ services.llama-cpp = { modelsMax = 2; sleepIdleSeconds = 60; }; }")
+    flags = exec_flags(result["execStart"])
+    assert (flags["--models-max"], flags["--sleep-idle-seconds"]) == ("2", "60"), flags
+    # The module's own options say the same under either generation.
+    options = summary(ALL, NVIDIA, "{ services.llama-cpp = { modelsMax = 3; sleepIdleSeconds = -1; }; }")
+    flags = exec_flags(options["execStart"])
+    assert (flags["--models-max"], flags["--sleep-idle-seconds"]) == ("3", "-1"), flags
 
 
 def test_the_key_check_can_be_turned_off() -> None:
@@ -166,7 +231,7 @@ def test_the_key_check_can_be_turned_off() -> None:
 
 def test_base_package_is_nixpkgs_llama_cpp_with_cuda(full: dict) -> None:
     assert full["package"]["pname"] == "llama-cpp"
-    assert full["package"]["version"] == RECIPE_VERSION
+    assert full["package"]["version"] == recipe()[0]
     assert "-DGGML_CUDA:BOOL=TRUE" in full["package"]["cmakeFlags"]
     cpu = summary(ALL, LLAMAMPERE_SRC, "{ llmBench.cuda = false; }")
     assert "-DGGML_CUDA:BOOL=FALSE" in cpu["package"]["cmakeFlags"]
@@ -187,14 +252,34 @@ def test_hardened_unit_reaches_the_gpu_and_shares_the_cache(full: dict) -> None:
     assert sc["MemoryDenyWriteExecute"] is False
     assert sc["ProcSubset"] == "all"
     # Downloads are state (an administrator may wipe /var/cache), shared by every specialisation.
-    assert sc["StateDirectory"] == "llama-cpp" and "CacheDirectory" not in sc
+    assert sc["StateDirectory"] == "llama-cpp"
     assert sc["WorkingDirectory"] == "/var/lib/llama-cpp"
-    assert full["environment"]["LLAMA_CACHE"] == "/var/lib/llama-cpp"
+    env = effective_environment(full)
+    assert (env["LLAMA_CACHE"], env["HOME"]) == ("/var/lib/llama-cpp", "/var/lib/llama-cpp"), env
     assert sc["DynamicUser"] is True and sc["ProtectSystem"] == "strict" and sc["NoNewPrivileges"] is True
     assert sc["ProtectKernelModules"] is True  # hence nvidia_uvm at boot
     for spec in full["specialised"].values():
         assert spec["serviceConfig"]["StateDirectory"] == "llama-cpp"
-        assert spec["environment"]["LLAMA_CACHE"] == "/var/lib/llama-cpp"
+        assert effective_environment(spec)["LLAMA_CACHE"] == "/var/lib/llama-cpp"
+
+
+def test_the_effective_cache_is_the_shared_state_directory(full: dict) -> None:
+    """What systemd hands llama-server, read as systemd reads the unit: `environment` lines first,
+    then serviceConfig's Environment= lines, the last assignment winning. nixpkgs' newer unit sets
+    LLAMA_CACHE=/var/cache/llama-cpp there; ours comes after it."""
+    sc = full["serviceConfig"]
+    lines = sc["Environment"]
+    if generation() == "settings":
+        assert lines[0] == "LLAMA_CACHE=/var/cache/llama-cpp", lines  # nixpkgs' own, first
+    assert effective_environment(full)["LLAMA_CACHE"] == "/var/lib/llama-cpp"
+    # The reading is the systemd one: with our line before nixpkgs', the cache would be nixpkgs'.
+    swapped = {**full, "serviceConfig": {**sc, "Environment": list(reversed(lines))}}
+    expected = "/var/cache/llama-cpp" if generation() == "settings" else "/var/lib/llama-cpp"
+    assert effective_environment(swapped)["LLAMA_CACHE"] == expected
+    # A user's own LLAMA_CACHE (and other variables) still reach the service.
+    mine = summary(ALL, NVIDIA, '{ services.llama-cpp.environment = { LLAMA_CACHE = "/srv/models"; FOO = "bar"; }; }')
+    env = effective_environment(mine)
+    assert (env["LLAMA_CACHE"], env["FOO"], env["HOME"]) == ("/srv/models", "bar", "/var/lib/llama-cpp"), env
 
 
 def test_cuda_needs_the_nvidia_driver_uvm_and_a_cuda_device(full: dict) -> None:
@@ -361,7 +446,7 @@ def test_llm_llamampere(full: dict) -> None:
     marker = json.loads(spec["etc"]["activeJson"])
     # The fork's revision is recorded with the package (llm-bench copies it into its results).
     assert marker["package"] == {"name": "llamampere", "version": "0-unstable-2026-06-14", "path": pkg["path"],
-                                 "rev": FORK_REV}
+                                 "rev": FORK_REV, "build_number": "0", "build_commit": FORK_REV[:7]}
     assert not any(p.startswith("qwen3.8") for p in marker["presets"])
 
 
@@ -396,10 +481,14 @@ def test_user_presets_and_global_settings_reach_every_specialisation() -> None:
 
 
 def test_user_settings_of_the_service_reach_every_specialisation() -> None:
+    port = "settings.port" if generation() == "settings" else "port"
     result = summary(ALL, LLAMAMPERE_SRC, NVIDIA, ENGINES,
-                     '{ services.llama-cpp = { port = 9000; sleepIdleSeconds = -1; }; }')
+                     f'{{ services.llama-cpp = {{ {port} = 9000; sleepIdleSeconds = -1; }}; }}')
+    assert result["warnings"] == []
     for config in [result, *result["specialised"].values()]:
         assert config["options"]["port"] == 9000 and config["options"]["sleepIdleSeconds"] == -1
+        assert exec_flags(config["execStart"])["--port"] == "9000"
+        assert json.loads(config["etc"]["activeJson"])["url"] == "http://127.0.0.1:9000"
 
 
 def test_an_engine_may_keep_the_base_presets_or_not() -> None:
@@ -497,14 +586,18 @@ def test_preset_grids_option() -> None:
 
 
 def test_nixpkgs_style_single_model_configuration_still_works() -> None:
-    result = summary(
-        GENERIC,
-        '{ services.llama-cpp = { enable = true; model = "/models/m.gguf"; port = 8080;'
-        ' extraFlags = [ "-c" "4096" ]; openFirewall = true; host = "0.0.0.0"; }; }',
-    )
-    assert result["failedAssertions"] == []
-    args = exec_args(result["execStart"])
-    assert args[1:] == ["--host", "0.0.0.0", "--port", "8080", "-m", "/models/m.gguf", "-c", "4096"]
+    if generation() == "settings":
+        user = ('{ services.llama-cpp = { enable = true; openFirewall = true; settings = { model = "/models/m.gguf";'
+                ' port = 8080; c = 4096; host = "0.0.0.0"; }; }; }')
+        model = "--model"
+    else:
+        user = ('{ services.llama-cpp = { enable = true; model = "/models/m.gguf"; port = 8080;'
+                ' extraFlags = [ "-c" "4096" ]; openFirewall = true; host = "0.0.0.0"; }; }')
+        model = "-m"
+    result = summary(GENERIC, user)
+    assert result["failedAssertions"] == [] and result["warnings"] == []
+    assert exec_flags(result["execStart"]) == {"--host": "0.0.0.0", "--port": "8080", model: "/models/m.gguf",
+                                               "-c": "4096"}
     assert result["firewall"] == [8080]
     assert result["etc"]["presetsIni"] is None
     assert json.loads(result["etc"]["activeJson"])["presets_file"] is None
@@ -512,7 +605,7 @@ def test_nixpkgs_style_single_model_configuration_still_works() -> None:
 
 def test_generic_module_has_nixpkgs_defaults() -> None:
     """Alone, services.llama-cpp behaves as nixpkgs' module: port 8080, no idle sleep, all devices."""
-    result = summary(GENERIC, '{ services.llama-cpp = { enable = true; model = "/models/m.gguf"; }; }')
+    result = summary(GENERIC, single_model('"/models/m.gguf"'))
     assert result["options"]["port"] == 8080
     assert result["options"]["sleepIdleSeconds"] is None
     assert "--sleep-idle-seconds" not in result["execStart"]
@@ -527,24 +620,56 @@ def test_generic_module_has_nixpkgs_defaults() -> None:
 def test_a_path_model_enters_the_store(tmp_path) -> None:
     model = tmp_path / "single.gguf"
     model.write_bytes(b"GGUF")
-    result = summary(GENERIC, f"{{ services.llama-cpp = {{ enable = true; model = {model}; }}; }}")
+    # nixpkgs' newer `settings` renders strings, so the path is interpolated (which copies it).
+    value = f'"${{{model}}}"' if generation() == "settings" else str(model)
+    result = summary(GENERIC, single_model(value))
     args = exec_args(result["execStart"])
-    stored = args[args.index("-m") + 1]
+    stored = args[args.index("--model" if generation() == "settings" else "-m") + 1]
     assert stored.startswith("/nix/store/") and stored.endswith("-single.gguf"), stored
     assert any(c.endswith("-single.gguf") for c in result["execStartContext"]), result["execStartContext"]
 
 
 def test_enabled_without_anything_to_serve_is_an_assertion() -> None:
+    """nixpkgs' older module asserts a model or a directory; the newer one starts an empty router."""
     messages = failed_assertions(GENERIC, "{ services.llama-cpp.enable = true; }")
-    assert any("Either 'model' or 'modelDir' must be set" in m for m in messages), messages  # nixpkgs' own
+    if generation() == "settings":
+        assert messages == []
+    else:
+        assert any("Either 'model' or 'modelDir' must be set" in m for m in messages), messages  # nixpkgs' own
 
 
 def test_model_and_presets_together_is_an_assertion() -> None:
     messages = failed_assertions(
         GENERIC,
-        '{ services.llama-cpp = { enable = true; model = "/m.gguf"; presets.p.model = "/n.gguf"; }; }',
+        single_model('"/m.gguf"').replace("enable = true;", 'enable = true; presets.p.model = "/n.gguf";'),
     )
-    assert any("cannot be combined" in m for m in messages)
+    assert any("cannot be combined" in m for m in messages), messages
+
+
+def test_nixpkgs_renamed_model_is_explained_under_settings() -> None:
+    """With nixpkgs' `settings`, a definition of the renamed `model` reaches `settings.model` with the
+    rename's override wrapper, which ExecStart cannot render: the assertion says what to write."""
+    old_style = '{ services.llama-cpp = { enable = true; model = "/models/m.gguf"; }; }'
+    messages = failed_assertions(GENERIC, old_style)
+    if generation() == "settings":
+        assert any("services.llama-cpp.model: this nixpkgs renamed it to services.llama-cpp.settings.model" in m
+                   and "Set services.llama-cpp.settings.model instead" in m for m in messages), messages
+        # The control: the wrapper really breaks the rendering the assertion warns of.
+        with pytest.raises(NixError):
+            summary(GENERIC, old_style)
+    else:
+        assert messages == []
+
+
+def test_a_models_directory_under_either_name() -> None:
+    """The router's models directory: nixpkgs' `modelsDir`, or `settings.models-dir` (which this
+    module types, so nixpkgs' rename of `modelsDir` reaches it too)."""
+    name = "settings.models-dir" if generation() == "settings" else "modelsDir"
+    result = summary(GENERIC, f'{{ services.llama-cpp = {{ enable = true; {name} = "/srv/gguf"; }}; }}')
+    assert result["failedAssertions"] == [] and result["warnings"] == []
+    flags = exec_flags(result["execStart"])
+    assert (flags["--models-dir"], flags["--models-max"]) == ("/srv/gguf", "1"), flags
+    assert "--models-preset" not in flags
 
 
 @pytest.mark.parametrize(
@@ -588,3 +713,46 @@ def test_a_package_set_on_the_service_is_warned_about() -> None:
     assert any("llmBench.engines.fa86.package in specialisation llm-fa86" in w
                for w in direct["specialised"]["llm-fa86"]["warnings"]), direct["specialised"]["llm-fa86"]["warnings"]
     assert any("services.llama-cpp.package is set directly" in w for w in direct["warnings"])
+
+
+def test_reference_presets_can_be_turned_off() -> None:
+    """llmBench.referencePresets.enable = false serves only the user's presets, in the base system
+    and in every specialisation: no reference preset and no shipped `[*]` defaults."""
+    mine = '{ llmBench.referencePresets.enable = false; services.llama-cpp.presets.mine.model = "/srv/m.gguf"; }'
+    result = summary(ALL, LLAMAMPERE_SRC, NVIDIA, ENGINES, mine)
+    for name, config in [("base", result), *result["specialised"].items()]:
+        assert config["failedAssertions"] == [] and config["warnings"] == [], name
+        assert config["presets"] == ["mine"], (name, config["presets"])
+        ini = config["presetsIni"]
+        assert ini.endswith("\n[mine]\nmodel = /srv/m.gguf\n") and ini.count("[") == 1, (name, ini)
+        assert json.loads(config["etc"]["activeJson"])["presets"] == ["mine"]
+    # The control: on (the default), the same user preset joins the reference ones.
+    default = summary(ALL, LLAMAMPERE_SRC, NVIDIA, ENGINES, mine.replace("enable = false", "enable = true"))
+    assert set(default["presets"]) == {"*", "mine", *BASE_PRESETS}
+    assert "qwen3.8-27b-kv84" in default["specialised"]["llm-fa86"]["presets"]
+
+
+def test_llm_bench_can_be_installed_on_the_system() -> None:
+    """programs.llm-bench puts llm-bench into the system's packages (so `sudo llm-bench sweep` finds
+    it); off by default."""
+    assert summary(ALL, NVIDIA)["systemPackages"] == []
+    installed = summary(ALL, NVIDIA, "{ programs.llm-bench.enable = true; }")["systemPackages"]
+    version = nix_eval(f'builtins.head (builtins.match ".*__version__ = \\"([^\\"]+)\\".*"'
+                       f" (builtins.readFile {REPO}/llm_bench/__init__.py))")
+    assert installed == [f"llm-bench-{version}"]
+
+
+def test_cuda_engines_use_nixpkgs_llama_cpp_cuda_where_it_exists() -> None:
+    """The stock engine is nixpkgs' `llama-cpp-cuda` and fa86 a rebuild of it, where nixpkgs has the
+    attribute; the control replaces it with a throw, which the evaluation must then reach."""
+    has_cuda = (nixpkgs_root() / "pkgs/by-name/ll/llama-cpp-cuda/package.nix").is_file()
+    assert has_cuda == (generation() == "settings")  # unstable has it, 26.05 has not
+    overlay = '(_: { llama-cpp-cuda = throw "llama-cpp-cuda was read"; })'
+    root = nixpkgs_root()
+    for engine in ("stock", "fa86"):
+        expr = (f"(import {HARNESS} {{ libPath = {root}/lib; overlay = {overlay}; }}).summary"
+                f' [ {ALL} {NVIDIA} {{ llmBench.default = "{engine}"; }} ]')
+        with pytest.raises(NixError, match="llama-cpp-cuda was read"):
+            nix_eval(expr)
+        cpu = expr.replace(f'llmBench.default = "{engine}";', f'llmBench.default = "{engine}"; llmBench.cuda = false;')
+        assert "-DGGML_CUDA:BOOL=FALSE" in nix_eval(cpu)["package"]["cmakeFlags"]  # type: ignore[index]

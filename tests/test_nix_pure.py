@@ -270,18 +270,31 @@ def test_marker_format() -> None:
     marker = nix_eval(f"""{renderer()}.marker {{
         specialisation = "llm-fa86"; packageName = "llama-cpp-fa86"; packageVersion = "7777";
         packagePath = "/nix/store/x-llama-cpp-fa86-7777"; presets = {{ "*" = {{ }}; b = {{ }}; a = {{ }}; }};
-        packageRev = "0123456789abcdef0123456789abcdef01234567";
+        packageRev = "0123456789abcdef0123456789abcdef01234567"; buildNumber = "7777"; buildCommit = "0123456";
         presetsFile = "/etc/llama-cpp/presets.ini"; url = "http://127.0.0.1:48123";
     }}""")
     assert marker == {
         "format": "llm-bench-llama-cpp-active/1",
         "specialisation": "llm-fa86",
         "package": {"name": "llama-cpp-fa86", "version": "7777", "path": "/nix/store/x-llama-cpp-fa86-7777",
-                    "rev": "0123456789abcdef0123456789abcdef01234567"},
+                    "rev": "0123456789abcdef0123456789abcdef01234567", "build_number": "7777", "build_commit": "0123456"},
         "presets": ["a", "b"],
         "presets_file": "/etc/llama-cpp/presets.ini",
         "url": "http://127.0.0.1:48123",
     }
+
+
+def test_the_build_is_read_from_the_recipes_cmake_flags() -> None:
+    """The build number and commit llama-server reports, as the recipe passes them to CMake; null
+    where the build reads them itself (26.05's recipe: `-DLLAMA_BUILD_COMMIT:STRING=$(cat COMMIT)`
+    in preConfigure), never a guess."""
+    build = nix_eval(f"{renderer()}.buildOf"
+                     ' [ "-DGGML_CUDA:BOOL=TRUE" "-DLLAMA_BUILD_NUMBER:STRING=11393" "-DLLAMA_BUILD_COMMIT=dbe4c3e" ]')
+    assert build == {"buildNumber": "11393", "buildCommit": "dbe4c3e"}
+    assert nix_eval(f'{renderer()}.buildOf [ "-DLLAMA_BUILD_NUMBER:STRING=9608" ]') == {
+        "buildNumber": "9608", "buildCommit": None}
+    # A value that is not a plain word (a shell substitution) is not recorded.
+    assert nix_eval(f'{renderer()}.buildOf [ "-DLLAMA_BUILD_COMMIT:STRING=$(cat COMMIT)" ]')["buildCommit"] is None
 
 
 def test_drop_cmake_flags_removes_only_the_named_variables() -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -109,18 +111,99 @@ def nixpkgs_lib() -> Path:
 NIXPKGS_MODULE = Path("nixos/modules/services/misc/llama-cpp.nix")
 NIXPKGS_LITELLM_MODULE = Path("nixos/modules/services/misc/litellm.nix")
 NIXPKGS_RECIPE = Path("pkgs/by-name/ll/llama-cpp/package.nix")
+# Read where it exists (unstable, 26.11); NixOS 26.05 has no llama-cpp-cuda.
+NIXPKGS_CUDA_RECIPE = Path("pkgs/by-name/ll/llama-cpp-cuda/package.nix")
+# The files of nixpkgs the flake reads in every tree.
+NIXPKGS_FILES = (NIXPKGS_MODULE, NIXPKGS_LITELLM_MODULE, NIXPKGS_RECIPE)
 
 
 def nixpkgs_root() -> Path:
-    """The nixpkgs tree around NIXPKGS_LIB's lib, with nixpkgs' llama-cpp and litellm modules and llama-cpp recipe."""
+    """The nixpkgs tree around NIXPKGS_LIB's lib, with nixpkgs' llama-cpp and litellm modules and
+    llama-cpp recipe. A tree without one of them fails the test (it would evaluate less than the
+    flake reads), wherever it runs."""
     root = nixpkgs_lib().parent
-    missing = [str(p) for p in (NIXPKGS_MODULE, NIXPKGS_LITELLM_MODULE, NIXPKGS_RECIPE) if not (root / p).is_file()]
+    missing = [str(p) for p in NIXPKGS_FILES if not (root / p).is_file()]
     if missing:
-        _missing(
-            f"{root} lacks {', '.join(missing)}: the module tests evaluate with nixpkgs' own "
-            "llama-cpp and litellm modules and llama-cpp recipe (a full nixpkgs checkout, or ../shared/nixpkgs)"
+        pytest.fail(
+            f"{root} lacks {', '.join(missing)}: the Nix tests evaluate with nixpkgs' own "
+            "llama-cpp and litellm modules and llama-cpp recipe (a full nixpkgs checkout, ../shared/nixpkgs or "
+            "../shared/nixpkgs-unstable)"
         )
     return root
+
+
+@functools.cache
+def _generation(root: Path) -> str:
+    harness = REPO / "tests" / "nix" / "eval-module.nix"
+    found = nix_eval(f"(import {harness} {{ libPath = {root}/lib; }}).generation")
+    assert found in ("settings", "flags"), found
+    return str(found)
+
+
+def generation() -> str:
+    """Which services.llama-cpp the tree's nixpkgs has: "settings" (since NixOS/nixpkgs#528626:
+    unstable, 26.11, the flake's lock) or "flags" (NixOS 26.05: host, port, model, extraFlags)."""
+    return _generation(nixpkgs_root())
+
+
+def service_settings(**values: object) -> str:
+    """A module setting llama-server's command-line options the way the tree's nixpkgs takes them:
+    `services.llama-cpp.settings` (a value True is a bare flag) or `extraFlags`."""
+    if generation() == "settings":
+        body = " ".join(f"{json.dumps(k)} = {_nix_value(v)};" for k, v in values.items())
+        return f"{{ services.llama-cpp.settings = {{ {body} }}; }}"
+    flags: list[str] = []
+    for k, v in values.items():
+        flag = f"-{k}" if len(k) == 1 else f"--{k}"
+        flags += [flag] if v is True else [flag, str(v)]
+    return f"{{ services.llama-cpp.extraFlags = [ {' '.join(nix_string(f) for f in flags)} ]; }}"
+
+
+def _nix_value(v: object) -> str:
+    if v is True:
+        return "true"
+    if isinstance(v, int | float):
+        return repr(v) if not (isinstance(v, float) and v < 0) else f"({v!r})"
+    return nix_string(str(v))
+
+
+def exec_flags(exec_start: str) -> dict[str, str | None]:
+    """ExecStart's options (after the program) as flag -> value (None for a bare flag), in
+    either generation's rendering: nixpkgs' older module quotes each argument, the newer one writes
+    `--flag value` unquoted, in the settings' attribute order."""
+    args = shlex.split(exec_start)[1:]
+    flags: dict[str, str | None] = {}
+    i = 0
+    while i < len(args):
+        flag = args[i]
+        assert flag.startswith("-") and flag not in flags, (flag, args)
+        has_value = i + 1 < len(args) and not (args[i + 1].startswith("-") and not _is_number(args[i + 1]))
+        flags[flag] = args[i + 1] if has_value else None
+        i += 2 if has_value else 1
+    return flags
+
+
+def _is_number(s: str) -> bool:
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return True
+
+
+def effective_environment(unit: dict) -> dict[str, str]:
+    """The environment systemd gives the service: NixOS writes the unit's `environment` as
+    Environment= lines first, then serviceConfig's Environment= lines; each line's assignments
+    are words with systemd's quoting, and the last assignment of a name wins."""
+    lines = [f"{k}={v}" for k, v in unit["environment"].items()]
+    value = unit["serviceConfig"].get("Environment", [])
+    for line in value if isinstance(value, list) else [value]:
+        lines += shlex.split(line)
+    env: dict[str, str] = {}
+    for assignment in lines:
+        name, _, val = assignment.partition("=")
+        env[name] = val
+    return env
 
 
 def litellm_config(module: str) -> str:
