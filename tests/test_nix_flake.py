@@ -79,3 +79,20 @@ def test_the_flakes_module_records_the_forks_revision(fake_nixpkgs) -> None:
         ' in c.specialisation.llm-llamampere.configuration.environment.etc."llama-cpp/active.json".text')
     package = json.loads(marker)["package"]  # type: ignore[arg-type]
     assert (package["name"], package["version"], package["rev"]) == ("llamampere", "0-unstable-2026-06-14", FORK_REV)
+
+
+def test_the_flakes_module_installs_its_own_llm_bench(fake_nixpkgs) -> None:
+    """programs.llm-bench under the flake's modules installs the flake's packages.llm-bench (its
+    build is stood in for by a marker: Debian's Nix 2.8 cannot evaluate lib.fileset)."""
+    root = nixpkgs_root()
+    mine = '{ type = "derivation"; name = "llm-bench-of-the-flake"; outPath = "/nix/store/flake-llm-bench"; }'
+    outputs = flake(fake_nixpkgs).replace(
+        f"self = outputs // {{ outPath = {REPO}; }};",
+        f"self = outputs // {{ outPath = {REPO}; packages.x86_64-linux.llm-bench = {mine}; }};")
+    assert outputs != flake(fake_nixpkgs)
+    for module in ("default", "llm-bench"):
+        installed = nix_eval(
+            f"let h = import {REPO}/tests/nix/eval-module.nix {{ libPath = {root}/lib; }};"
+            f" c = (h.eval [ {outputs}.nixosModules.{module} {NVIDIA} {{ programs.llm-bench.enable = true; }} ]).config;"
+            " in map (p: p.outPath) c.environment.systemPackages")
+        assert installed == ["/nix/store/flake-llm-bench"], (module, installed)

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from llm_bench.support.poll import poll_until
-from tests.nix.helpers import EXPECTED, REPO, nix_eval, nix_string, nixpkgs_root
+from tests.nix.helpers import EXPECTED, REPO, command_line_options, nix_eval, nix_string, nixpkgs_root
 
 CHECKER = REPO / "pkgs" / "check-preset-keys" / "check-preset-keys.py"
 
@@ -255,7 +255,7 @@ def test_the_units_flags_pass_against_the_real_server(package: Path, llama_serve
     """Every flag the module puts on the command line (--host, --port, --models-dir,
     --models-preset, --models-max, --sleep-idle-seconds) and the user's extra flags are options of
     the real llama-server."""
-    build = module_ini_build(package, PRESETS, 'extraFlags = [ "-c" "4096" "--metrics" ];')
+    build = module_ini_build(package, PRESETS, command_line_options(c=4096, metrics=True))
     for flag in ("--flag=--models-preset", "--flag=--models-max", "--flag=--sleep-idle-seconds", "--flag=-c"):
         assert flag in build["buildCommand"], build["buildCommand"]
     result = run_build(build, llama_server_bin, tmp_path)
@@ -279,7 +279,7 @@ def test_a_fork_without_a_flag_of_the_unit_fails_the_build(fork_without_sleep: P
 
 
 def test_a_misspelled_extra_flag_names_the_nearest(package: Path, llama_server_bin: Path, tmp_path: Path) -> None:
-    build = module_ini_build(package, PRESETS, 'extraFlags = [ "--ctx-sise" "4096" ];')
+    build = module_ini_build(package, PRESETS, command_line_options(**{"ctx-sise": 4096}))
     result = run_build(build, llama_server_bin, tmp_path)
     assert result.returncode == 1
     assert 'flag "--ctx-sise": not an option of' in result.stderr and 'did you mean "--ctx-size"?' in result.stderr

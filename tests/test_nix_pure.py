@@ -22,6 +22,7 @@ from tests.nix.helpers import (
     nix_instantiate,
     nix_string,
     nixpkgs_lib,
+    nixpkgs_root,
     preset_set_expr,
     render_preset_set,
     renderer,
@@ -305,3 +306,18 @@ def test_drop_cmake_flags_removes_only_the_named_variables() -> None:
                      ' [ "-DCMAKE_CUDA_ARCHITECTURES:STRING=75;86" "-DLLAMA_BUILD_UI=OFF"'
                      ' "-DLLAMA_BUILD_UI_EXTRA:BOOL=TRUE" "-DGGML_CUDA:BOOL=TRUE" ]')
     assert flags == ["-DLLAMA_BUILD_UI_EXTRA:BOOL=TRUE", "-DGGML_CUDA:BOOL=TRUE"]
+
+
+def test_a_tree_without_a_file_the_flake_reads_fails(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A nixpkgs tree with lib but without nixpkgs' llama-cpp module fails the Nix tests (also outside
+    CI) instead of evaluating less than the flake reads."""
+    tree = tmp_path / "nixpkgs"
+    tree.mkdir()
+    (tree / "lib").symlink_to(nixpkgs_lib())
+    for name in ("pkgs/by-name/ll/llama-cpp/package.nix", "nixos/modules/services/misc/litellm.nix"):
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text("{ }\n")
+    monkeypatch.setenv("NIXPKGS_LIB", str(tree))
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.fail.Exception, match="lacks nixos/modules/services/misc/llama-cpp.nix"):
+        nixpkgs_root()

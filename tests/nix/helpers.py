@@ -149,14 +149,19 @@ def generation() -> str:
 def service_settings(**values: object) -> str:
     """A module setting llama-server's command-line options the way the tree's nixpkgs takes them:
     `services.llama-cpp.settings` (a value True is a bare flag) or `extraFlags`."""
+    return f"{{ services.llama-cpp = {{ {command_line_options(**values)} }}; }}"
+
+
+def command_line_options(**values: object) -> str:
+    """The definition inside services.llama-cpp that service_settings makes."""
     if generation() == "settings":
         body = " ".join(f"{json.dumps(k)} = {_nix_value(v)};" for k, v in values.items())
-        return f"{{ services.llama-cpp.settings = {{ {body} }}; }}"
+        return f"settings = {{ {body} }};"
     flags: list[str] = []
     for k, v in values.items():
         flag = f"-{k}" if len(k) == 1 else f"--{k}"
         flags += [flag] if v is True else [flag, str(v)]
-    return f"{{ services.llama-cpp.extraFlags = [ {' '.join(nix_string(f) for f in flags)} ]; }}"
+    return f"extraFlags = [ {' '.join(nix_string(f) for f in flags)} ];"
 
 
 def _nix_value(v: object) -> str:

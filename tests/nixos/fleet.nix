@@ -24,8 +24,9 @@ let
         self.nixosModules.fleet
         extra
       ];
+      # nixpkgs' `settings` (the flake's lock has NixOS/nixpkgs#528626).
       services.llama-cpp = {
-        host = "0.0.0.0";
+        settings.host = "0.0.0.0";
         openFirewall = true;
         presets.tiny.model = "${common.tiny}/target.gguf";
       };
@@ -35,7 +36,7 @@ pkgs.testers.runNixOSTest {
   name = "llm-bench-fleet";
 
   nodes.box1 = box {
-    services.llama-cpp.extraFlags = [ "--api-key" key ];
+    services.llama-cpp.settings.api-key = key;
     # Runs until /run/train-done appears, and exits with the status written in it.
     systemd.services.train.script = ''
       until [ -e /run/train-done ]; do sleep 0.2; done

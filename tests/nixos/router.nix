@@ -50,8 +50,15 @@ pkgs.testers.runNixOSTest {
         assert marker["package"]["name"] == "llama-cpp", marker
         assert set(marker["presets"]) == expected, marker
         unit = machine.succeed("systemctl cat llama-cpp.service")
-        assert "LLAMA_CACHE=/var/lib/llama-cpp" in unit, unit
         assert "StartLimitBurst=3" in unit, unit
+
+    with subtest("the running server's LLAMA_CACHE is the shared state directory"):
+        # nixpkgs' unit also assigns LLAMA_CACHE (/var/cache/llama-cpp); what counts is the
+        # value systemd hands the process, so read the process's own environment.
+        pid = machine.succeed("systemctl show -P MainPID llama-cpp.service").strip()
+        environ = machine.succeed(f"cat /proc/{pid}/environ").split("\0")
+        assert "LLAMA_CACHE=/var/lib/llama-cpp" in environ, environ
+        assert "HOME=/var/lib/llama-cpp" in environ, environ
 
     with subtest("llm-bench measures the presets"):
         # The MTP and DFlash presets cannot load on a tiny llama model; llm-bench records
