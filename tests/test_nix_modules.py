@@ -140,13 +140,15 @@ def test_defaults(full: dict) -> None:
 
 
 def test_exec_start_runs_the_router(full: dict) -> None:
-    args = exec_args(full["execStart"])
-    assert args[0] == f"{full['package']['path']}/bin/llama-server"
-    flags = exec_flags(full["execStart"])
-    # nixpkgs' older module asserts `model` or `modelsDir`: an empty directory adds no model.
-    assert flags.pop("--models-dir").endswith(EMPTY_DIR), flags
-    assert flags == {"--host": "127.0.0.1", "--port": "48123", "--models-preset": "/etc/llama-cpp/presets.ini",
-                     "--models-max": "1", "--sleep-idle-seconds": "300"}
+    """The base system and every specialisation run the router with the same flags."""
+    for config in [full, *full["specialised"].values()]:
+        args = exec_args(config["execStart"])
+        assert args[0] == f"{config['package']['path']}/bin/llama-server"
+        flags = exec_flags(config["execStart"])
+        # nixpkgs' older module asserts `model` or `modelsDir`: an empty directory adds no model.
+        assert flags.pop("--models-dir").endswith(EMPTY_DIR), flags
+        assert flags == {"--host": "127.0.0.1", "--port": "48123", "--models-preset": "/etc/llama-cpp/presets.ini",
+                         "--models-max": "1", "--sleep-idle-seconds": "300"}
     # The unit names the INI by its /etc path; a new INI restarts it through restartTriggers.
     assert full["restartTriggers"] == [full["etc"]["presetsIni"]["sourcePath"]]
 
@@ -670,6 +672,12 @@ def test_a_models_directory_under_either_name() -> None:
     flags = exec_flags(result["execStart"])
     assert (flags["--models-dir"], flags["--models-max"]) == ("/srv/gguf", "1"), flags
     assert "--models-preset" not in flags
+    if generation() == "settings":
+        # The old name still works here, with nixpkgs' own rename warning for the user's definition.
+        renamed = summary(GENERIC, '{ services.llama-cpp = { enable = true; modelsDir = "/srv/gguf"; }; }')
+        assert exec_flags(renamed["execStart"])["--models-dir"] == "/srv/gguf"
+        assert renamed["failedAssertions"] == []
+        assert any("modelsDir" in w and "settings.models-dir" in w for w in renamed["warnings"]), renamed["warnings"]
 
 
 @pytest.mark.parametrize(
