@@ -135,6 +135,10 @@ let
           type = types.listOf types.package;
           default = [ ];
         };
+        systemd.timers = mkOption {
+          default = { };
+          type = types.attrsOf (types.attrsOf types.anything);
+        };
         boot.kernelModules = mkOption {
           type = types.listOf types.str;
           default = [ ];

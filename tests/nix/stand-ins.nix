@@ -172,6 +172,9 @@ let
     fetchurl = args: fakeDrv { name = baseNameOf args.url; inherit (args) url; };
     systemd = tool "systemd" "258";
     coreutils = tool "coreutils" "9.7";
+    curl = tool "curl" "8.14.1" // {
+      meta.mainProgram = "curl";
+    };
     litellm = fakeDrv {
       pname = "litellm";
       version = "1.80.0";
