@@ -82,6 +82,8 @@
             specialisation-switch = import ./tests/nixos/specialisation-switch.nix args;
             # systemd-boot under EFI: which engine runs after a reboot, for each way of switching.
             specialisation-boot = import ./tests/nixos/specialisation-boot.nix args;
+            # llmBench.watch: a switch to a slower engine, and the regression in llm-bench history.
+            watch = import ./tests/nixos/watch.nix args;
             # Two boxes behind nixpkgs' LiteLLM proxy (llmBench.fleet) and the training arbiter.
             fleet = import ./tests/nixos/fleet.nix args;
             # Each engine's presets INI, whose build runs check-preset-keys against that engine's

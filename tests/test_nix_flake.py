@@ -49,7 +49,7 @@ def test_cuda_builds_are_not_checks_but_a_package_set(fake_nixpkgs) -> None:
     outputs = flake(fake_nixpkgs)
     checks = nix_eval(f"builtins.attrNames {outputs}.checks.x86_64-linux")
     assert checks == ["fleet", "llm-bench", "presets-ini", "presets-keys", "router", "specialisation-boot",
-                      "specialisation-switch"]
+                      "specialisation-switch", "watch"]
     entries = nix_eval(f"map (e: {{ inherit (e) name; flags = e.path.cmakeFlags; }})"
                        f" {outputs}.packages.x86_64-linux.cuda-engines.entries")
     assert [e["name"] for e in entries] == ["llama-cpp-cuda", "llama-cpp-fa86", "llamampere"]
