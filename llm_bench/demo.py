@@ -81,7 +81,7 @@ Preset = dict[str, str | int | float | bool]
 
 
 def smollm2_presets(model: Path, drafter: Path) -> dict[str, Preset]:
-    """What each preset shows is in the README (Quick start)."""
+    """What each preset shows is in the README (The CPU demo)."""
     spec: Preset = {"model": str(model), "spec-type": "draft-simple", "spec-draft-n-max": DRAFT_MAX}
     agent: Preset = {"model": str(model), "jinja": True, "chat-template-file": str(THINK_TEMPLATE),
                      "reasoning-format": "deepseek"}
@@ -113,7 +113,7 @@ def write_smollm2_bed(folder: Path, model: Path, presets: tuple[str, ...] | None
     return ini
 
 
-# Sized for 2 cores: under 10 minutes for every preset after the one-time build and download (the README says
+# Sized for 2 cores: under 10 minutes for every preset after the one-time build and download (docs/development.md says
 # where the time goes). 3 runs: the fewest with which a verdict can be reached (3 against 3 give the exact
 # interval 90 %; 2 against 2, 67 %). One recall probe of 2,560 tokens: at 1,536 SmolLM2 finds the needle at one
 # depth or the other by chance, preset to preset. The depth and session workloads run on their own two presets

@@ -309,7 +309,7 @@ def test_session_prompts_replay_the_turns_with_the_servers_own_counts(slots_bed)
     out = folder / "session"
     # an objective both levels meet (the turns are what is checked here, not the answer), and a client lag allowance
     # (1 % of 5 s) that a busy 2-core machine keeps; four window requests, so that each stream replays whole
-    # conversations (the README's example)
+    # conversations (docs/capacity.md's example)
     result = CliRunner().invoke(main, ["capacity", "--url", router.url, "--min-stream-tps", "1", "--max-ttft-s", "5",
                                        *QUICK, "--min-window-requests", "4", "--alias", "p2", "--max-streams", "2",
                                        "--max-tokens", "8", "--prompt-cache",

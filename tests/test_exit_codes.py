@@ -1,4 +1,4 @@
-"""The exit-code table (README, Exit codes) at the command line: 3 when the server goes away partway, with what
+"""The exit-code table (docs/report.md, Exit codes) at the command line: 3 when the server goes away partway, with what
 was measured on disk (the other codes are asserted where each failure is tested)."""
 
 from __future__ import annotations

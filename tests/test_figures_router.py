@@ -151,7 +151,7 @@ def listed_as(exchange: Exchange, alias: str) -> str | None:
 
 
 def test_vram_is_read_once_the_router_says_the_alias_is_unloaded(measured: Measured):
-    # README, the protocol's steps 1 and 2: the unload is waited for, or the reading would count the
+    # docs/protocol.md, the protocol's steps 1 and 2: the unload is waited for, or the reading would count the
     # alias itself; the router still lists it as loaded for tens of milliseconds after the unload's answer
     unload = next(e for e in measured.exchanges
                   if e.method == "POST" and e.path == "/models/unload" and e.request["model"] == PLAIN)

@@ -150,7 +150,7 @@ def test_sigterm_before_the_first_limit_is_measured_restores_and_exits_130(route
     wait_for_change(fake_env, proc)  # set to 200 W, settling: nothing measured yet
     proc.send_signal(signal.SIGTERM)
     out = proc.communicate(timeout=30)[0].decode()
-    assert proc.returncode == 130, out  # README, Exit codes: interrupted
+    assert proc.returncode == 130, out  # docs/report.md, Exit codes: interrupted
     assert "GPU0: power limit restored to 350 W" in out and "GPU1: power limit restored to 300 W" in out
     assert "interrupted; the original power limits are restored and no limit was measured yet" in out
     assert limits(fake_env) == [350000, 300000] and not state_path().exists()

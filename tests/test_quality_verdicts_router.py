@@ -108,7 +108,7 @@ def test_the_verdicts_reach_the_tables_the_summary_the_html_and_json_csv(measure
     base = find_baseline(rows, PLAIN)
     table = markdown_table(rows, base)
     main, quality = table.split("### Quality")
-    print(quality)  # the README's worked example comes from this table
+    print(quality)  # docs/quality.md's worked example comes from this table
     line = {name: next(x for x in main.splitlines() if x.startswith(f"| {name} ")) for name in MEASURED}
     assert "lossless" in line[SELF_DRAFT] and "near-lossless (KLD 0.00" in line[Q8] and "lossy (KLD 0.0" in line[Q4]
     assert "answers within noise (" in line[SELF_DRAFT]

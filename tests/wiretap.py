@@ -67,7 +67,7 @@ class Exchange:
         return [e.json() for e in self.events if e.data.strip() != "[DONE]"]
 
     def content_events(self) -> list[Event]:
-        """The events that carry a token (content or reasoning), as the README defines TTFT's end."""
+        """The events that carry a token (content or reasoning), as docs/protocol.md defines TTFT's end."""
         out = []
         for e in self.events:
             if e.data.strip() == "[DONE]":

@@ -1,4 +1,4 @@
-"""Exit codes, one table for every command (README, "Exit codes").
+"""Exit codes, one table for every command (docs/report.md, "Exit codes").
 
 0 everything ran and nothing failed; 1 it ran, but some configurations (aliases, sweep targets) failed,
 or the doctor found an error; 2 it could not run: a usage error (click's own code), bad input (plan,

@@ -1,6 +1,6 @@
 """Machine-readable exports of the report's tables: JSON (every table) and CSV (one table, the main one by default).
 
-Both carry the raw values behind every column of ``table.MAIN_COLUMNS`` (see README, "JSON and CSV
+Both carry the raw values behind every column of ``table.MAIN_COLUMNS`` (see docs/report.md, "JSON and CSV
 export"), so a figure in the exports is the one the Markdown and HTML tables show, unrounded.
 """
 

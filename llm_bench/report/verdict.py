@@ -6,7 +6,7 @@ Pure functions over the per-run values; no I/O. The public API:
 - ``median_interval(values)`` and ``relative_precision(values)`` (from ``llm_bench.support.stats``, where the
   runner's precision rule uses them)
 
-The method (see README, "Verdicts"): the Hodges-Lehmann estimate of the ratio candidate/baseline with
+The method (see docs/report.md, "Verdicts"): the Hodges-Lehmann estimate of the ratio candidate/baseline with
 its exact distribution-free (Mann-Whitney) confidence interval, computed on log values so that the
 effect is a ratio. With 3-10 runs per side a normal-theory or bootstrap interval has no footing (a
 bootstrap of 3 values can only resample those 3), while this interval's coverage is exact for any

@@ -54,9 +54,9 @@ OFF_MIN_AGREEMENT = 0.75
 
 @dataclass(frozen=True)
 class QualityGate:
-    """Who cannot win on quality against the control (README: "Finding the best preset", Quality).
+    """Who cannot win on quality against the control (docs/sweep-tune.md: "Finding the best preset", Quality).
 
-    ``accept``: the worst quality verdict (README: "Quality verdicts") a winner may have; a candidate
+    ``accept``: the worst quality verdict (docs/quality.md: "Quality verdicts") a winner may have; a candidate
     whose verdict could not be scored cannot win either. "any": the verdict is measured and shown but
     does not gate; "off": it is not measured, and the share of greedy outputs identical to the control's
     gates instead (``min_agreement``, then 0.75 unless given). A ``min_agreement`` given applies with any

@@ -37,14 +37,14 @@ _SPEC_FLAGS = ("--spec-", "--model-draft", "-md", "--draft", "-ngld", "--n-gpu-l
 _INSTANCE_FLAGS = ("--port", "--alias")
 
 
-# The verdicts on a configuration's quality against the reference (README: "Quality verdicts").
+# The verdicts on a configuration's quality against the reference (docs/quality.md: "Quality verdicts").
 LOSSLESS, NEAR_LOSSLESS, LOSSY = "lossless", "near-lossless", "lossy"
 VERDICTS = (LOSSLESS, NEAR_LOSSLESS, LOSSY)  # best first
 # Mean KLD (nats) at or below which a configuration is "lossless": zero, up to the rounding of the
 # log-probabilities the server sends.
 ZERO_KLD = 1e-6
 # The upper end of the mean KLD's 95 % interval at or below which a configuration is "near-lossless".
-# Measured on the CPU bed (SmolLM2-135M, README): KV q8_0 0.0028 [0.0024, 0.0032], KV q4_0
+# Measured on the CPU bed (SmolLM2-135M, docs/quality.md): KV q8_0 0.0028 [0.0024, 0.0032], KV q4_0
 # 0.046 [0.038, 0.056]; 0.01 lies three times above the first interval and four times below the second.
 NEAR_LOSSLESS_KLD = 0.01
 
