@@ -7,7 +7,7 @@
     # The llamAmpere release (a tag the fork publishes). Its lock entry is written by
     # `nix flake lock` on a machine with the network (after changing the ref:
     # `nix flake lock --update-input llamampere`); to try another one without editing, add
-    # `--override-input llamampere <another flake reference>` (README, docs/nixos.md). The
+    # `--override-input llamampere <another flake reference>` (docs/nixos.md, The llamAmpere source). The
     # package's version and revision come from the input itself (pkgs/llamampere-version.nix).
     llamampere.url = "github:JakeATX/llamAmpere/v0.5.1";
     llamampere.flake = false;

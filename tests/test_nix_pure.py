@@ -56,7 +56,7 @@ def test_flake_lock_pins_nixpkgs() -> None:
     assert locked["lastModified"] == 1790046670
     assert lock["nodes"]["nixpkgs"]["original"]["ref"] == "nixos-unstable"
     # The llamAmpere input has no lock entry until `nix flake lock` runs with the network
-    # (README, docs/nixos.md); nothing here can compute its narHash.
+    # (docs/nixos.md, The llamAmpere source); nothing here can compute its narHash.
     assert set(lock["nodes"]["root"]["inputs"]) <= {"nixpkgs", "llamampere"}
 
 

@@ -72,7 +72,7 @@ pkgs.testers.runNixOSTest {
         assert files, "no results file"
         data = tomllib.loads(machine.succeed(f"cat {files[0]}"))
 
-        by_alias = {r["alias"]: r for r in data["aliases"]}  # the results format (README)
+        by_alias = {r["alias"]: r for r in data["aliases"]}  # the results format (docs/protocol.md, Results format)
         for alias in ("qwen3.8-27b-base", "tiny-draft"):
             assert alias in by_alias, f"{alias} not measured: {sorted(by_alias)}"
             assert by_alias[alias].get("decode_tps_median", 0) > 0, by_alias[alias]
