@@ -38,10 +38,14 @@ def draw_history_chart(history: History, path: Path, title: str | None = None) -
     # one x axis for every configuration: each moment a result was measured, in time order
     moments = sorted({s.point.started_at for s in history.steps})
     first_at = {m: next(s for s in history.steps if s.point.started_at == m) for m in moments}
-    ticks = [f"{m:%m-%d %H:%M}\n{_short(first_at[m])}" for m in moments]
+    # to the minute, unless two results share one (the bed's, minutes apart at most)
+    stamp = "%m-%d %H:%M" if len({m.strftime("%Y%m%d%H%M") for m in moments}) == len(moments) else "%m-%d %H:%M:%S"
+    ticks = [f"{m.strftime(stamp)}\n{_short(first_at[m])}" for m in moments]
     with figure(path, dpi=150, figsize=(max(8.0, 1.1 * len(moments) + 3), 7), nrows=2) as (fig, (decode_ax, ttft_ax)):
-        for steps in series.values():
-            name = steps[0].point.name
+        names = [steps[0].point.name for steps in series.values()]
+        for n, steps in enumerate(series.values()):
+            # one name, several series (another protocol, model or preset): numbered, never merged
+            name = names[n] if names.count(names[n]) == 1 else f"{names[n]} #{names[:n + 1].count(names[n])}"
             x = [moments.index(s.point.started_at) for s in steps]
             for ax, values_of, label in ((decode_ax, lambda s: s.point.decode_values(s.metric), "decode"),
                                          (ttft_ax, lambda s: s.point.ttft_values(), "ttft")):
