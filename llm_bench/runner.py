@@ -15,6 +15,7 @@ from llm_bench.diagnostics.evidence import marker_package, read_marker
 from llm_bench.diagnostics.in_run import InRunChecks, before_the_run
 from llm_bench.engines import Engine, open_engine, select_models
 from llm_bench.engines.errors import ServerError, ServerUnreachable
+from llm_bench.fingerprint import Sources
 from llm_bench.gpu.nvml import Nvml, VramReading
 from llm_bench.gpu.telemetry import sampling
 from llm_bench.plan import Plan, Protocol
@@ -169,13 +170,16 @@ def _release(engine: Engine, alias: str, records: list[AliasRecord], log: Log) -
         return False
 
 
-def run_meta(plan: Plan, engine: Engine, nvml: Nvml, started_at: datetime) -> dict:
-    return provenance(FORMAT, nvml, started_at) | {
+def run_meta(plan: Plan, engine: Engine, nvml: Nvml, started_at: datetime, sources: Sources | None = None) -> dict:
+    build = server_build(engine)
+    # the fingerprint reads the same marker as the checks (plan.checks.marker) unless told otherwise
+    sources = sources or Sources(marker=plan.checks.marker)
+    return provenance(FORMAT, nvml, started_at, sources=sources, server_build=build, server_url=plan.url) | {
         "complete": False,
         "label": plan.label,
         "engine": engine.kind,
         "server_url": plan.url,
-        "server_build": server_build(engine),
+        "server_build": build,
         # the NixOS marker's account of that build (it describes a llama.cpp router), with the source
         # revision a version cannot give
         "llama_cpp_package": marker_package(read_marker(plan.checks.marker), plan.url)
@@ -198,8 +202,9 @@ def streams(protocol: Protocol) -> int:
 
 
 def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
-             skip: Callable[[str], bool] = lambda alias: False) -> ResultsWriter:
-    """Measure every alias of the plan; the results file is on disk from the first moment."""
+             skip: Callable[[str], bool] = lambda alias: False, sources: Sources | None = None) -> ResultsWriter:
+    """Measure every alias of the plan; the results file is on disk from the first moment.
+    ``sources``: where the build-and-rig fingerprint is read (llm_bench.fingerprint)."""
     protocol = plan.protocol.with_prompt()
     started_at = datetime.now(timezone.utc)
     engine = open_engine(plan.engine, plan.url, timeout=protocol.request_timeout_s,
@@ -210,7 +215,7 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
         with nvml or Nvml() as gpus:
             aliases = [a for a in select_models(engine, plan.aliases) if not skip(a)]
             early = before_the_run(engine, aliases, plan.checks, log)
-            writer = ResultsWriter(plan.output_dir, ResultSet(run_meta(plan, engine, gpus, started_at)),
+            writer = ResultsWriter(plan.output_dir, ResultSet(run_meta(plan, engine, gpus, started_at, sources)),
                                    results_stem(started_at, plan.label or "run"))
             log(f"Results: {writer.path}")
             durations: list[float] = []

@@ -13,6 +13,7 @@ It follows pynvml's real calls, return types, units and errors (nvidia-ml-py 13.
 - the PCIe link's current and maximum generation and width, its replay counter, utilization as the
   real ``c_nvmlUtilization_t`` and the PCI address as the real ``nvmlPciInfo_t`` (``domain``, ``bus``,
   ``device``, ``busId``);
+- persistence mode as the ``_nvmlEnableState_t`` value (``NVML_FEATURE_ENABLED`` = 1, disabled = 0);
 - critical Xid events: ``nvmlEventSetCreate``, ``nvmlDeviceRegisterEvents(handle, types, set)``
   (``NVML_ERROR_NOT_SUPPORTED`` on a GPU with ``xid_events=False``), ``nvmlEventSetWait(set, ms)``
   returning an event with ``device``, ``eventType``, ``eventData`` (the Xid) or raising
@@ -99,6 +100,7 @@ class FakeGpu:
     max_pcie_gen: int = 4
     max_pcie_width: int = 16
     pcie_replays: int = 0
+    persistence_mode: int = 0  # NVML_FEATURE_DISABLED (0) or NVML_FEATURE_ENABLED (1), as nvmlDeviceGetPersistenceMode
     utilization_pct: int = 0  # GPU busy percentage; idle GPUs downshift their PCIe link
     pci_bus: int = 1  # PCI 0000:01:00.0 (domain 0, device 0)
     xid_events: bool = True  # whether the GPU accepts Xid event registration
@@ -267,6 +269,10 @@ class FakeNvml:
     def nvmlDeviceGetPcieReplayCounter(self, handle: FakeGpu) -> int:
         self._check("nvmlDeviceGetPcieReplayCounter", handle)
         return handle.pcie_replays
+
+    def nvmlDeviceGetPersistenceMode(self, handle: FakeGpu) -> int:
+        self._check("nvmlDeviceGetPersistenceMode", handle)
+        return handle.persistence_mode
 
     def nvmlDeviceGetUtilizationRates(self, handle: FakeGpu) -> pynvml.c_nvmlUtilization_t:
         self._check("nvmlDeviceGetUtilizationRates", handle)

@@ -143,7 +143,7 @@ def test_the_script_measures_a_new_engine_once(tmp_path: Path) -> None:
     assert first.returncode == 0, first
     calls = bed.logged()
     assert calls[1].startswith("llm-bench run --url http://127.0.0.1:48123 --alias p1 --alias p2 --runs 3"
-                               " --max-tokens 256 --strict --unload --label llm-bench-watch --output-dir "), calls
+                               " --max-tokens 256 --strict --unload --label watch --output-dir "), calls
     assert calls[1].split("--output-dir ")[1].startswith(str(bed.directory) + "/")
     assert calls[2] == f"llm-bench history --keep 20 {bed.directory}"
     # The same engine again (a reboot, a switch that changed something else): nothing measured.

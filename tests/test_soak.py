@@ -304,6 +304,9 @@ class _Broken:
     def models(self):
         return ["m"]
 
+    def server_build(self):  # the results file's fingerprint asks before the first request
+        return None
+
     def auth_headers(self):
         return {}
 

@@ -13,6 +13,7 @@ from llm_bench.cli.demo import demo
 from llm_bench.cli.doctor import doctor
 from llm_bench.cli.engine import engine
 from llm_bench.cli.failover import failover
+from llm_bench.cli.history import history
 from llm_bench.cli.options import log
 from llm_bench.cli.power import power
 from llm_bench.cli.report import report, telemetry
@@ -34,5 +35,5 @@ def main() -> None:
         log(f"llm-bench: could not check for power limits to restore: {e}")
 
 
-for command in (run, report, demo, sweep, engine, doctor, power, soak, telemetry, tune, capacity, failover):
+for command in (run, report, demo, sweep, engine, doctor, power, soak, telemetry, tune, capacity, failover, history):
     main.add_command(command)

@@ -291,6 +291,33 @@ class Nvml:
             ))
         return out
 
+    def query(self, fn: str, index: int, *constants: str) -> tuple[Any, str | None]:
+        """One read-only NVML reading of GPU ``index``: (value, None), or (None, why it could not be read).
+        ``constants`` name the module's constants passed after the handle (``"NVML_CLOCK_SM"``)."""
+        if not self.available:
+            return None, self.unavailable or "NVML is not initialised"
+        try:
+            return getattr(self._lib, fn)(self._handle(index), *(getattr(self._lib, c) for c in constants)), None
+        except AttributeError:
+            return None, f"{fn} is not in this NVML library (too old a pynvml)"
+        except Exception as e:
+            if error_code(e) is None:
+                raise
+            return None, f"{fn}: {e}"
+
+    def query_system(self, fn: str) -> tuple[Any, str | None]:
+        """A system-wide reading (``nvmlSystemGetDriverVersion``) the same way as ``query``."""
+        if not self.available:
+            return None, self.unavailable or "NVML is not initialised"
+        try:
+            return getattr(self._lib, fn)(), None
+        except AttributeError:
+            return None, f"{fn} is not in this NVML library (too old a pynvml)"
+        except Exception as e:
+            if error_code(e) is None:
+                raise
+            return None, f"{fn}: {e}"
+
     def details(self) -> list[dict[str, Any]]:
         """Static facts per GPU for provenance and the roofline; unsupported facts are left out."""
         lib = self._lib

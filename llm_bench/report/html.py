@@ -18,6 +18,7 @@ from string import Template
 from typing import Any
 
 from llm_bench import __version__
+from llm_bench.fingerprint import fingerprint_facts
 from llm_bench.report.chart import draw_chart
 from llm_bench.report.rows import (
     BASELINE,
@@ -226,6 +227,9 @@ def _provenance_html(sets: Sequence[ResultSet], rows: Sequence[Row]) -> str:
             items = "".join(f"<dt>{_e(k)}</dt><dd>{_e(_plain(v))}</dd>" for k, v in protocol.items())
             parts.append(f'<details open><summary>protocol ({len(protocol)} settings)</summary>'
                          f'<dl class="kv">{items}</dl></details>')
+        built = fingerprint_facts(meta.get("fingerprint"))
+        parts.append(f'<details><summary>build and rig ({len(built)} facts)</summary><dl class="kv">'
+                     + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in built) + "</dl></details>")
     builds = sorted({(r.configuration, r.record.server_build) for r in rows if r.record.server_build})
     if builds:
         parts.append("<h3>Server build per configuration</h3>")

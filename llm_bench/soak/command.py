@@ -14,7 +14,7 @@ from llm_bench.diagnostics.restarts import CounterWatch, RestartWatch, RouterIns
 from llm_bench.diagnostics.server_log import JOURNAL_UNIT, journal_available
 from llm_bench.engines import Engine, select_models
 from llm_bench.gpu.nvml import Nvml
-from llm_bench.provenance import provenance
+from llm_bench.provenance import provenance, server_build
 from llm_bench.results import reserve_path, results_stem, write_toml
 from llm_bench.soak import traffic
 from llm_bench.soak.traffic import SoakResult, SoakSettings
@@ -64,8 +64,8 @@ def run_soak(server: Engine, model: str, settings: SoakSettings, watching: Watch
              log: Log) -> tuple[SoakResult, Path]:
     """The soak, its results file rewritten after every request; (what was measured, the file)."""
     with Nvml() as nvml:
-        meta = provenance(SOAK_FORMAT, nvml) | {"server_url": server.base_url, "alias": model,
-                                                "max_tokens": settings.max_tokens, "complete": False}
+        meta = provenance(SOAK_FORMAT, nvml, server_build=server_build(server), server_url=server.base_url) | {
+            "server_url": server.base_url, "alias": model, "max_tokens": settings.max_tokens, "complete": False}
         meta = {k: v for k, v in meta.items() if v is not None}
         path = reserve_path(output_dir, results_stem(datetime.now(timezone.utc), f"soak-{model}"))
         log(f"Results: {path}")

@@ -451,7 +451,7 @@ def new_meta(plan: TunePlan, candidates: list[Candidate], print_: str, engine_ur
     }
     if previous is not None:
         tune["resumed_from"] = (previous.meta.get("tune") or {}).get("resumed_from")
-    return provenance(FORMAT, gpus) | {
+    return provenance(FORMAT, gpus, server_build=server_build, server_url=engine_url) | {
         "complete": False, "label": TUNE, "engine": LlamaCppEngine.kind, "server_url": engine_url,
         "server_build": server_build, "protocol": plan.protocol.to_toml(), "tune": tune,
     }

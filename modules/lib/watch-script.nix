@@ -68,7 +68,7 @@ in
   done
   run="${directory}/$(date -u +%Y%m%dT%H%M%SZ)"
   timeout ${toString timeLimitSec} ${llmBench} run --url ${q url} ${aliases} --runs ${toString runs} \
-    --max-tokens ${toString maxTokens} --strict --unload --label llm-bench-watch --output-dir "$run"
+    --max-tokens ${toString maxTokens} --strict --unload --label watch --output-dir "$run"
   status=$?
   case "$status" in
     0|1) ;;  # measured (1: some presets failed; each is recorded with the server's message)

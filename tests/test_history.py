@@ -1,0 +1,183 @@
+"""`llm-bench history` without a server: hand-built results files over time, judged step by step."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from llm_bench.cli import main
+from llm_bench.cli.exits import COULD_NOT_RUN, NEWEST_IS_REGRESSION
+from llm_bench.history.command import prune, run_history
+from llm_bench.history.points import config_args, read_inputs
+from llm_bench.history.steps import FIRST, REGRESSION, RIG_CHANGE, TWINS, history_of, judge
+from llm_bench.report.verdict import FASTER, WITHIN_NOISE
+from llm_bench.results import AliasRecord, ResultSet, RunRecord, write_toml
+
+T0 = datetime(2026, 11, 1, 3, 0, tzinfo=timezone.utc)
+FAST = [50.0, 50.4, 49.8, 50.2, 49.9, 50.1]
+SLOW = [37.5, 37.9, 37.2, 37.6, 37.4, 37.8]  # 25 % slower: llama.cpp#24514's size
+ARGS = ["/nix/store/x-llama-cpp-7123/bin/llama-server", "--port", "41001", "--host", "127.0.0.1",
+        "-m", "/models/smol.gguf", "-c", "2048", "-t", "2"]
+
+
+def write_result(folder: Path, n: int, decode: list[float], package: str = "/nix/store/aaaa-llama-cpp-7123",
+                 version: str = "7123", power_limit_w: float = 350.0, protocol: dict | None = None,
+                 args: list[str] | None = None, alias: str = "smol", used_mib: float = 300.0,
+                 ttft: float = 120.0) -> Path:
+    meta: dict[str, Any] = {
+        "format": "llm-bench/1", "started_at": (T0 + timedelta(days=n)).isoformat(timespec="seconds"),
+        "label": "watch", "complete": True,
+        "protocol": protocol or {"max_tokens": 64, "runs": 6, "prompt_name": "code"},
+        "fingerprint": {
+            "build": {"system": f"/nix/store/sys{n}-nixos-system", "nixos_version": "25.05",
+                      "nixpkgs_revision": f"{n:02d}" + "ab" * 19, "configuration_revision": "not available: unset",
+                      "specialisation": "base", "package_name": "llama-cpp", "package_version": version,
+                      "package_path": package, "package_rev": "not available: null", "server_build": f"b{version}"},
+            "rig": {"driver": "580.95.05", "cpu_governor": "performance",
+                    "gpus": [{"index": 0, "name": "NVIDIA GeForce RTX 3090", "power_limit_enforced_w": power_limit_w,
+                              "power_limit_default_w": 350.0, "pcie_gen": 4, "pcie_width": 16, "pcie_gen_max": 4,
+                              "pcie_width_max": 16, "persistence_mode": "enabled", "memory_used_mib": used_mib}]},
+        },
+    }
+    record = AliasRecord(alias, preset_args=args or ARGS,
+                         runs=[RunRecord(decode_tps=d, ttft_ms=ttft + i) for i, d in enumerate(decode)])
+    path = folder / f"llm-bench-{n:02d}.toml"
+    write_toml(path, ResultSet(meta, [record]).to_toml())
+    return path
+
+
+def steps_of(folder: Path) -> list:
+    return run_history([folder]).history.steps
+
+
+def test_a_slower_build_is_one_regression_named_by_both_builds(tmp_path: Path) -> None:
+    write_result(tmp_path, 1, FAST)
+    write_result(tmp_path, 2, FAST)  # the same build again
+    write_result(tmp_path, 3, SLOW, package="/nix/store/bbbb-llama-cpp-7130", version="7130")
+    steps = steps_of(tmp_path)
+    assert [s.kind for s in steps] == [FIRST, TWINS, REGRESSION]
+    regression = steps[-1]
+    assert regression.decode is not None and regression.decode.high is not None and regression.decode.high < 0.8
+    text = regression.describe()
+    assert "llama.cpp 7123 (/nix/store/aaaa-llama-cpp-7123, nixpkgs 02ababababab)" in text
+    assert "llama.cpp 7130 (/nix/store/bbbb-llama-cpp-7130, nixpkgs 03ababababab)" in text
+    assert twins_within_noise(steps[1])
+
+
+def twins_within_noise(step) -> bool:
+    return step.kind == TWINS and step.decode.kind == WITHIN_NOISE
+
+
+def test_twins_are_never_a_regression_even_when_their_runs_differ(tmp_path: Path) -> None:
+    write_result(tmp_path, 1, FAST)
+    write_result(tmp_path, 2, SLOW)  # same build, slower: the noise (or the machine), not a regression
+    step = steps_of(tmp_path)[-1]
+    assert step.kind == TWINS and step.decode.kind != WITHIN_NOISE
+
+
+def test_a_faster_build_and_one_within_noise(tmp_path: Path) -> None:
+    write_result(tmp_path, 1, SLOW)
+    write_result(tmp_path, 2, FAST, package="/nix/store/bbbb-llama-cpp-7130", version="7130")
+    write_result(tmp_path, 3, [v * 1.003 for v in FAST], package="/nix/store/cccc-llama-cpp-7140", version="7140")
+    assert [s.kind for s in steps_of(tmp_path)] == [FIRST, FASTER, WITHIN_NOISE]
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ({"power_limit_w": 270.0}, "GPU0 power limit 350 W -> 270 W"),
+    ({"used_mib": 20000.0}, "GPU0 memory before the load free -> busy"),
+])
+def test_a_rig_change_is_not_blamed_on_the_build(tmp_path: Path, change: dict, named: str) -> None:
+    write_result(tmp_path, 1, FAST)
+    write_result(tmp_path, 2, SLOW, package="/nix/store/bbbb-llama-cpp-7130", version="7130", **change)
+    step = steps_of(tmp_path)[-1]
+    assert step.kind == RIG_CHANGE and step.rig == (named,)
+
+
+def test_a_protocol_or_model_change_is_refused_with_its_reason(tmp_path: Path) -> None:
+    write_result(tmp_path, 1, FAST)
+    write_result(tmp_path, 2, SLOW, package="/nix/store/bbbb-x", protocol={"max_tokens": 32, "runs": 6,
+                                                                            "prompt_name": "code"})
+    write_result(tmp_path, 3, SLOW, package="/nix/store/cccc-x", args=[*ARGS[:5], "-m", "/models/other.gguf",
+                                                                       "-c", "2048", "-t", "2"])
+    history = run_history([tmp_path]).history
+    assert all(s.kind == FIRST for s in history.steps) and len(history.steps) == 3
+    reasons = [r.reason for r in history.refusals]
+    assert reasons[0] == "the protocol differs (max_tokens 64 vs 32)"
+    assert reasons[1].startswith("the model differs (/models/smol.gguf (size unknown) vs /models/other.gguf")
+
+
+def test_the_binary_port_and_host_are_not_the_configuration() -> None:
+    assert config_args(["/a/bin/llama-server", "--port", "1", "--host=0.0.0.0", "-m", "m.gguf", "-t", "2"]) == \
+        ("-m", "m.gguf", "-t", "2")
+
+
+def test_judge_both_ways_on_the_same_pair(tmp_path: Path) -> None:
+    """The regression decision itself: slower beyond noise on a new build is one; the reverse is faster."""
+    a = write_result(tmp_path, 1, FAST)
+    b = write_result(tmp_path, 2, SLOW, package="/nix/store/bbbb-x")
+    first, second = read_inputs([a, b]).points
+    assert judge(first, second).kind == REGRESSION
+    assert judge(second, first).kind == FASTER
+    # a 1 % slowdown with tight runs: the interval may exclude 1, but below the smallest effect it is noise
+    c = write_result(tmp_path, 3, [v * 0.99 for v in FAST], package="/nix/store/cccc-x")
+    assert judge(first, read_inputs([c]).points[0]).kind == WITHIN_NOISE
+
+
+def test_history_of_orders_by_time_not_by_file_name(tmp_path: Path) -> None:
+    late = write_result(tmp_path, 5, SLOW, package="/nix/store/bbbb-x")
+    early = write_result(tmp_path, 1, FAST)
+    points = read_inputs([late, early]).points
+    assert [s.kind for s in history_of(points).steps] == [FIRST, REGRESSION]
+
+
+def test_cli_exit_code_when_the_newest_step_is_a_regression(tmp_path: Path) -> None:
+    write_result(tmp_path, 1, FAST)
+    write_result(tmp_path, 2, SLOW, package="/nix/store/bbbb-llama-cpp-7130", version="7130")
+    out = CliRunner().invoke(main, ["history", str(tmp_path), "--chart", str(tmp_path / "h.png"),
+                                    "--html", str(tmp_path / "h.html")])
+    assert out.exit_code == NEWEST_IS_REGRESSION, out.output
+    assert "| REGRESSION |" in out.output
+    assert (tmp_path / "h.png").stat().st_size > 0
+    assert "regression" in (tmp_path / "h.html").read_text()
+    # a twin after it: the newest step is no longer a regression, and the regression is still listed once
+    write_result(tmp_path, 3, SLOW, package="/nix/store/bbbb-llama-cpp-7130", version="7130")
+    out = CliRunner().invoke(main, ["history", str(tmp_path), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert [r["step"] for r in data["history"]] == [FIRST, REGRESSION, TWINS]
+    assert len(data["regressions"]) == 1 and data["regressions"][0]["newest"] is False
+    csv = CliRunner().invoke(main, ["history", str(tmp_path), "--format", "csv"]).output
+    assert csv.splitlines()[0].startswith("configuration,model,started_at,file,build")
+    assert len(csv.splitlines()) == 4
+
+
+def test_unreadable_input_is_exit_2_naming_the_file_and_the_fix(tmp_path: Path) -> None:
+    write_result(tmp_path, 1, FAST)
+    (tmp_path / "broken.toml").write_text("meta = [")
+    out = CliRunner().invoke(main, ["history", str(tmp_path)])
+    assert out.exit_code == COULD_NOT_RUN
+    assert "broken.toml is not valid TOML" in out.output and "move it out of the folder" in out.output
+    assert "Traceback" not in out.output
+    missing = CliRunner().invoke(main, ["history", str(tmp_path / "nope")])
+    assert missing.exit_code == COULD_NOT_RUN and "no such file or folder" in missing.output
+
+
+def test_keep_the_newest_n_per_configuration_and_skip_records(tmp_path: Path) -> None:
+    for n in range(1, 5):
+        write_result(tmp_path, n, FAST)
+    write_result(tmp_path, 9, FAST, alias="other")
+    out = CliRunner().invoke(main, ["history", str(tmp_path), "--skipped", "GPU memory busy: 20000 MiB > 2048 MiB",
+                                    "--alias", "smol"])
+    assert out.exit_code == 0, out.output
+    outcome = run_history([tmp_path])
+    assert [s.reason for s in outcome.inputs.skips] == ["GPU memory busy: 20000 MiB > 2048 MiB"]
+    assert "fingerprint" in (next(tmp_path.glob("*skip-smol*.toml"))).read_text()
+    removed = prune(outcome, [tmp_path], keep=2)
+    assert sorted(p.name for p in removed) == ["llm-bench-01.toml", "llm-bench-02.toml"]
+    listed = CliRunner().invoke(main, ["history", str(tmp_path)]).output
+    assert "skipped" in listed and "GPU memory busy" in listed
