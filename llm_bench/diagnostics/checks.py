@@ -15,7 +15,7 @@ from llm_bench.diagnostics.settings import Checks
 from llm_bench.engines.metrics import parse_prometheus
 from llm_bench.gpu import roofline
 from llm_bench.gpu.nvml import Nvml, PcieLink, VramReading, XidEvent
-from llm_bench.preset_args import preset_facts
+from llm_bench.preset_args import drafts_from_context, names_speculation
 from llm_bench.results import AliasRecord
 
 # llama.cpp src/llama-model.cpp: LLAMA_LOG_INFO("%s: offloaded %d/%d layers to GPU\n", ...)
@@ -207,15 +207,6 @@ DTYPE_FIX = ("serve the target in the dtype its drafter was trained with (bfloat
 EITHER_FIX = f"{DTYPE_FIX}; for n-gram or suffix drafting: {NGRAM_FIX}"
 
 
-def _preset_drafts_from_context(preset_args: Sequence[str]) -> bool | None:
-    """True for llama.cpp's n-gram drafting (no drafter whose dtype or vocabulary could be wrong), False for
-    a drafter; None where the server reports no arguments (an OpenAI server), so how it drafts is unknown."""
-    if not preset_args:
-        return None
-    facts = preset_facts(preset_args)
-    return facts.get("spec_type", "").startswith("ngram") and "model_draft" not in facts
-
-
 def trap_cause(drafts_from_context: bool | None) -> tuple[str, str]:
     """What an acceptance trap is blamed on, and its fix: n-gram's cause, a drafter's, or both where the
     evidence does not say how the server drafts."""
@@ -235,7 +226,7 @@ def check_acceptance_trap(record: AliasRecord, log: Callable[[str], None]) -> No
         f"{spec.accepted_tokens:.0f} ({spec.acceptance_rate:.1%}"
         + (f", mean acceptance length {length:.2f}" if length is not None else "")
         + "): speculative decoding only costs time here. "
-        + trap_cause(_preset_drafts_from_context(record.preset_args))[0]
+        + trap_cause(drafts_from_context(record.preset_args))[0]
     )
     record.warnings.append(message)
     log("  !!! " + message)
@@ -245,7 +236,7 @@ def check_acceptance(record: AliasRecord) -> list[Finding]:
     """The workloads' acceptance-trap check, turned into a finding."""
     before = len(record.warnings)
     check_acceptance_trap(record, lambda message: None)
-    fix = trap_cause(_preset_drafts_from_context(record.preset_args))[1]
+    fix = trap_cause(drafts_from_context(record.preset_args))[1]
     return [Finding("acceptance", ERROR, w.removeprefix("ACCEPTANCE TRAP: "), fix) for w in record.warnings[before:]]
 
 
@@ -587,8 +578,6 @@ def check_pcie(busiest: Sequence[PcieLink], before: Sequence[PcieLink] = (),
 # --- the llamAmpere fork: a control preset needs an explicit spec-type = none ---------------------------
 
 FORK_NAMES = ("llamampere",)
-# any of these (a trailing "-" means any argument that starts so) makes a preset speculative
-SPECULATIVE_ARGS = ("--spec-", "--draft-", "--draft", "--model-draft", "-md", "--hf-repo-draft", "-hfd", "-hfrd")
 
 
 def fork_build(marker: dict | None = None, build_info: str | None = None, binary: str | None = None,
@@ -606,7 +595,7 @@ def fork_build(marker: dict | None = None, build_info: str | None = None, binary
 
 def is_control(args: Sequence[str]) -> bool:
     """A preset with no speculative-decoding argument at all: meant as the no-speculation control."""
-    return not any(a == flag or (flag.endswith("-") and a.startswith(flag)) for a in args for flag in SPECULATIVE_ARGS)
+    return not names_speculation(args)
 
 
 def check_fork_control(fork: str | None, preset_args: Mapping[str, Sequence[str]]) -> list[Finding]:
