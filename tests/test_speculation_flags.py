@@ -9,7 +9,7 @@ from functools import cache
 
 import pytest
 
-from llm_bench.diagnostics.checks import check_fork_control, is_control
+from llm_bench.diagnostics.fork import check_fork_control, is_control
 from llm_bench.engines.metrics import SpecCounters
 from llm_bench.gpu.roofline import acceptance_length
 from llm_bench.preset_args import (
