@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from llm_bench.cli import main
-from llm_bench.diagnostics.checks import ACCEPTANCE_TRAP_RATE, check_acceptance, check_acceptance_log
+from llm_bench.diagnostics.acceptance import ACCEPTANCE_TRAP_RATE, check_acceptance, check_acceptance_log
 from llm_bench.diagnostics.findings import ERROR
 from llm_bench.engines.metrics import SpecCounters
 from llm_bench.results import AliasRecord

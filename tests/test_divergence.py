@@ -176,3 +176,26 @@ def test_block_intervals_cover_the_mean_of_correlated_positions() -> None:
     positions covers far less."""
     assert coverage(0.6, fixed_block=None) >= 0.87
     assert coverage(0.6, fixed_block=1) <= 0.80
+
+
+def test_p99_is_the_99th_percentile_not_the_maximum() -> None:
+    # 100 positions: 97 at 0, then 1, 2 and 10 nats. The 99th percentile by linear interpolation between
+    # order statistics (numpy's default, as the code uses) sits at rank 0.99 * (100 - 1) = 98.01 of the
+    # sorted values (counted from 0): 2 + 0.01 * (10 - 2) = 2.08. The maximum would be 10.
+    kld = np.array([0.0] * 97 + [1.0, 2.0, 10.0])
+    result = summarise(kld, np.ones(100), replicates=200)
+    assert result.p99_kld.value == pytest.approx(2.08)
+    assert result.mean_kld.value == pytest.approx(13.0 / 100)
+
+
+def test_p99s_interval_is_of_the_resampled_99th_percentiles_not_their_maxima() -> None:
+    # 1000 distinct positions 0.000 .. 0.999 in a shuffled order: the 99th percentile is at rank 989.01,
+    # 0.989 + 0.01 * 0.001 = 0.98901. A resample's 99th percentile reaches the top value 0.999 only if
+    # that position is drawn 11 times or more, which practically never happens, while most resamples
+    # draw it at least once: the interval's upper end lies below the maximum, a maximum's would be on it.
+    kld = np.random.default_rng(1).permutation(np.arange(1000) / 1000.0)
+    result = summarise(kld, np.ones(1000), replicates=400)
+    p99 = result.p99_kld
+    assert p99.value == pytest.approx(0.98901)
+    assert p99.low is not None and p99.high is not None
+    assert p99.low <= p99.value <= p99.high < 0.999

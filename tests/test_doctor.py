@@ -12,16 +12,11 @@ from click.testing import CliRunner
 
 from llm_bench.cli import main
 from llm_bench.demo import write_demo_bed
-from llm_bench.diagnostics import checks
-from llm_bench.diagnostics.checks import (
-    check_enforce_eager,
-    check_fa_fallback,
-    check_offload,
-    check_power_floor,
-    check_vram,
-    vllm_command_lines,
-)
+from llm_bench.diagnostics import acceptance, gpu_errors, vllm_evidence
 from llm_bench.diagnostics.findings import ERROR, WARNING
+from llm_bench.diagnostics.gpu_checks import check_power_floor, check_vram
+from llm_bench.diagnostics.log_checks import check_fa_fallback, check_offload
+from llm_bench.diagnostics.vllm_evidence import check_enforce_eager, vllm_command_lines
 from llm_bench.engines.client import RouterClient
 from llm_bench.gpu.nvml import Nvml, VramReading
 from llm_bench.plan import Checks, Plan, Protocol
@@ -245,68 +240,68 @@ REPORT_CMDLINE = (FIXTURES / "vllm-serve-half-spec.cmdline").read_text().strip()
 
 
 def test_dtype_half_with_a_drafter_from_the_command_line_the_compose_file_and_metrics():
-    [finding] = checks.check_dtype_with_speculation(checks.vllm_config([REPORT_CMDLINE]))
+    [finding] = vllm_evidence.check_dtype_with_speculation(vllm_evidence.vllm_config([REPORT_CMDLINE]))
     assert finding.severity == ERROR and "dtype half" in finding.evidence and "--speculative-config" in finding.evidence
     assert "--dtype bfloat16" in finding.fix
     compose = {"docker-compose.yml": (FIXTURES / "vllm-compose.yml").read_text()}
-    [finding] = checks.check_dtype_with_speculation(checks.vllm_config([], compose))
+    [finding] = vllm_evidence.check_dtype_with_speculation(vllm_evidence.vllm_config([], compose))
     assert "dtype float16 (docker-compose.yml: --dtype float16)" in finding.evidence
     env = {".env": "VLLM_DTYPE=half\nSPEC=dflash2\n"}
-    [finding] = checks.check_dtype_with_speculation(checks.vllm_config([], env))
+    [finding] = vllm_evidence.check_dtype_with_speculation(vllm_evidence.vllm_config([], env))
     assert ".env: VLLM_DTYPE=half" in finding.evidence and ".env: SPEC=dflash2" in finding.evidence
     metrics = 'vllm:model_config_info{dtype="torch.float16"} 1.0\nvllm:spec_decode_num_drafts_total{engine="0"} 12.0\n'
-    [finding] = checks.check_dtype_with_speculation(checks.vllm_config([], None, metrics))
+    [finding] = vllm_evidence.check_dtype_with_speculation(vllm_evidence.vllm_config([], None, metrics))
     assert "metrics: vllm:model_config_info" in finding.evidence
     # no drafter, or bfloat16: nothing to say
-    assert checks.check_dtype_with_speculation(checks.vllm_config(["vllm serve m --dtype half"])) == []
-    assert checks.check_dtype_with_speculation(checks.vllm_config(
+    assert vllm_evidence.check_dtype_with_speculation(vllm_evidence.vllm_config(["vllm serve m --dtype half"])) == []
+    assert vllm_evidence.check_dtype_with_speculation(vllm_evidence.vllm_config(
         [REPORT_CMDLINE.replace("--dtype half", "--dtype bfloat16")])) == []
-    assert checks.check_dtype_with_speculation(checks.vllm_config([], {".env": "VLLM_DTYPE=half\nSPEC=off\n"})) == []
+    assert vllm_evidence.check_dtype_with_speculation(vllm_evidence.vllm_config([], {".env": "VLLM_DTYPE=half\nSPEC=off\n"})) == []
 
 
 NGRAM_CMDLINE = REPORT_CMDLINE.split(" --speculative-config ")[0] + ' --speculative-config {"method":"ngram"}'
 
 
 def test_vllms_n_gram_drafting_has_no_drafter_whose_dtype_could_be_wrong():
-    config = checks.vllm_config([NGRAM_CMDLINE])
+    config = vllm_evidence.vllm_config([NGRAM_CMDLINE])
     assert config.speculative and config.speculative_method == "ngram" and config.drafts_from_context
-    assert checks.check_dtype_with_speculation(config) == []
+    assert vllm_evidence.check_dtype_with_speculation(config) == []
     # each spelling vLLM reads as n-gram drafting (vllm/config/speculative.py), and its GPU and suffix kin
     for spelling, method in (('{"method": "ngram_gpu", "num_speculative_tokens": 5}', "ngram_gpu"),
                              ('{"method": "[ngram]"}', "ngram"), ('{"model": "[ngram]", "num_speculative_tokens": 3}',
                                                                   "ngram"), ('{"method":"suffix"}', "suffix")):
-        config = checks.vllm_config([f"vllm serve m --dtype half --speculative-config '{spelling}'"])
-        assert config.speculative_method == method and checks.check_dtype_with_speculation(config) == [], spelling
+        config = vllm_evidence.vllm_config([f"vllm serve m --dtype half --speculative-config '{spelling}'"])
+        assert config.speculative_method == method and vllm_evidence.check_dtype_with_speculation(config) == [], spelling
     older = "python -m vllm.entrypoints.openai.api_server --model m --dtype half --speculative-model [ngram]"
-    assert checks.vllm_config([older]).speculative_method == "ngram"
+    assert vllm_evidence.vllm_config([older]).speculative_method == "ngram"
     for env in ("VLLM_DTYPE=half\nSPEC=suffix\n", "VLLM_DTYPE=half\nSPECULATIVE_CONFIG='{\"method\": \"ngram\"}'\n"):
-        assert checks.check_dtype_with_speculation(checks.vllm_config([], {".env": env})) == [], env
+        assert vllm_evidence.check_dtype_with_speculation(vllm_evidence.vllm_config([], {".env": env})) == [], env
     # another flag's JSON with a "method" of its own says nothing of speculation
     quantised = ("vllm serve m --dtype half --hf-overrides '{\"quantization_config\": {\"quant_method\": \"fp8\"}}' "
                  "--speculative-config '{\"method\": \"ngram\"}'")
-    assert checks.vllm_config([quantised]).speculative_method == "ngram"
+    assert vllm_evidence.vllm_config([quantised]).speculative_method == "ngram"
     # the methods with a drafter keep the trap: the report's dflash, the compose file's mtp, HyperQwen's SPEC
-    assert checks.vllm_config([REPORT_CMDLINE]).speculative_method == "dflash"
+    assert vllm_evidence.vllm_config([REPORT_CMDLINE]).speculative_method == "dflash"
     compose = {"docker-compose.yml": (FIXTURES / "vllm-compose.yml").read_text()}
-    assert checks.vllm_config([], compose).speculative_method == "mtp"
-    assert checks.vllm_config([], {".env": "VLLM_DTYPE=half\nSPEC=dflash2\n"}).drafts_from_context is False
+    assert vllm_evidence.vllm_config([], compose).speculative_method == "mtp"
+    assert vllm_evidence.vllm_config([], {".env": "VLLM_DTYPE=half\nSPEC=dflash2\n"}).drafts_from_context is False
 
 
 def test_acceptance_trap_from_vllms_log_line():
-    [finding] = checks.check_acceptance_log((FIXTURES / "vllm-spec-trap.log").read_text(), "vllm.log")
+    [finding] = acceptance.check_acceptance_log((FIXTURES / "vllm-spec-trap.log").read_text(), "vllm.log")
     assert finding.severity == ERROR and finding.check == "acceptance-log"
     assert "Mean acceptance length: 1.00, Accepted throughput: 0.00 tokens/s, Drafted throughput: 258.30" \
         in finding.evidence and "latest of 2" in finding.evidence
-    assert checks.check_acceptance_log((FIXTURES / "vllm-spec-healthy.log").read_text()) == []
+    assert acceptance.check_acceptance_log((FIXTURES / "vllm-spec-healthy.log").read_text()) == []
     # the issue's own excerpt, without the logger's prefix
     line = "Mean acceptance length: 1.00, Accepted throughput: 0.00 tokens/s, Drafted throughput: 259.68 tokens/s"
-    assert checks.check_acceptance_log(line)[0].check == "acceptance-log"
+    assert acceptance.check_acceptance_log(line)[0].check == "acceptance-log"
     # nothing drafted (speculation off, idle server): no trap
-    assert checks.check_acceptance_log(line.replace("259.68", "0.00")) == []
+    assert acceptance.check_acceptance_log(line.replace("259.68", "0.00")) == []
 
 
 def test_the_spec_decoding_line_is_vllms_own():
-    from llm_bench.diagnostics.checks import VLLM_SPEC_LOG
+    from llm_bench.diagnostics.acceptance import VLLM_SPEC_LOG
 
     # vllm/v1/spec_decode/metrics.py, SpecDecodingLogging.log(), with its format arguments filled in
     fmt = ("SpecDecoding metrics: Mean acceptance length: %.2f, Accepted throughput: %.2f tokens/s, "
@@ -317,9 +312,9 @@ def test_the_spec_decoding_line_is_vllms_own():
 
 
 def test_xid_lines_name_the_gpu_and_code():
-    lines = checks.xid_lines((FIXTURES / "kernel-xid.log").read_text())
+    lines = gpu_errors.xid_lines((FIXTURES / "kernel-xid.log").read_text())
     assert [x.xid for x in lines] == [13, 13, 13, 79]
-    found = {f.evidence.split(" logged")[0]: f for f in checks.check_xid(lines, {(0, 1, 0): 0, (0, 0x41, 0): 1})}
+    found = {f.evidence.split(" logged")[0]: f for f in gpu_errors.check_xid(lines, {(0, 1, 0): 0, (0, 0x41, 0): 1})}
     assert set(found) == {"GPU0 (PCI 0000:01:00)", "GPU1 (PCI 0000:41:00)"}
     assert "Xid 13 (Graphics Engine Exception" in found["GPU0 (PCI 0000:01:00)"].evidence
     assert "3 time(s)" in found["GPU0 (PCI 0000:01:00)"].evidence
@@ -327,11 +322,11 @@ def test_xid_lines_name_the_gpu_and_code():
     assert "fallen off the bus" in found["GPU1 (PCI 0000:41:00)"].evidence and "reseat" in found["GPU1 (PCI 0000:41:00)"].fix
     # since a moment between the two: only the later line is new
     since = datetime(2026, 11, 28, 23, 0, tzinfo=timezone.utc)
-    assert [x.xid for x in checks.xid_lines((FIXTURES / "kernel-xid.log").read_text(), since)] == [79]
+    assert [x.xid for x in gpu_errors.xid_lines((FIXTURES / "kernel-xid.log").read_text(), since)] == [79]
     # the journal's short-iso format and a bare dmesg line
     journal = "2026-11-28T22:04:17+0000 rig kernel: NVRM: Xid (PCI:0000:01:00): 13, pid=1234, name=python3, x"
-    assert checks.xid_lines(journal, since) == [] and checks.xid_lines(journal)[0].at.hour == 22
-    assert checks.xid_lines("[ 9351.201887] NVRM: Xid (PCI:0000:01:00): 31, pid=77, name=llama-server, Ch 00000008")[0].xid == 31
+    assert gpu_errors.xid_lines(journal, since) == [] and gpu_errors.xid_lines(journal)[0].at.hour == 22
+    assert gpu_errors.xid_lines("[ 9351.201887] NVRM: Xid (PCI:0000:01:00): 31, pid=77, name=llama-server, Ch 00000008")[0].xid == 31
 
 
 def test_xid_events_and_the_pcie_link_from_nvml():
@@ -340,33 +335,33 @@ def test_xid_events_and_the_pcie_link_from_nvml():
         assert nvml.pci_indexes() == {(0, 1, 0): 0, (0, 0x41, 0): 1}
         watch = nvml.xid_watch()
         fake.raise_xid(1, 79)
-        [finding] = checks.check_xid_events(watch.poll())
+        [finding] = gpu_errors.check_xid_events(watch.poll())
         watch.close()
         assert "GPU1 reported critical Xid 79" in finding.evidence
         before = nvml.pcie_links()
         fake.gpus[1].pcie_replays = 17
         after = nvml.pcie_links()
-    link, replay = checks.check_pcie(before, before, after)
+    link, replay = gpu_errors.check_pcie(before, before, after)
     assert link.check == "pcie-link" and "GPU1's PCIe link runs at Gen1 x4 while 95% busy" in link.evidence
     assert "Gen4 x16" in link.evidence
     assert replay.check == "pcie-replay" and "grew by 17" in replay.evidence and replay.severity == WARNING
     idle = [FakeGpu(pcie_gen=1, utilization_pct=0)]
     with Nvml(FakeNvml(gpus=idle)) as nvml:  # an idle GPU downshifts: not a finding
-        assert checks.check_pcie(nvml.pcie_links()) == []
+        assert gpu_errors.check_pcie(nvml.pcie_links()) == []
     with Nvml(FakeNvml(gpus=[FakeGpu(xid_events=False)])) as nvml:
         assert "no GPU accepts Xid event registration" in nvml.xid_watch().unavailable
 
 
 def test_prefix_caching_off():
-    [finding] = checks.check_prefix_caching(checks.vllm_config(["vllm serve m --no-enable-prefix-caching"]))
+    [finding] = vllm_evidence.check_prefix_caching(vllm_evidence.vllm_config(["vllm serve m --no-enable-prefix-caching"]))
     assert finding.severity == WARNING and "--no-enable-prefix-caching" in finding.evidence
     env = {".env": (FIXTURES / "hyperqwen-half.env").read_text()}
-    assert "PREFIX_CACHE=0" in checks.check_prefix_caching(checks.vllm_config([], env))[0].evidence
+    assert "PREFIX_CACHE=0" in vllm_evidence.check_prefix_caching(vllm_evidence.vllm_config([], env))[0].evidence
     metrics = (FIXTURES / "vllm-metrics.txt").read_text()
-    assert checks.check_prefix_caching(checks.vllm_config([], None, metrics)) == []
+    assert vllm_evidence.check_prefix_caching(vllm_evidence.vllm_config([], None, metrics)) == []
     off = metrics.replace('enable_prefix_caching="True"', 'enable_prefix_caching="False"')
-    assert "enable_prefix_caching=\"False\"" in checks.check_prefix_caching(checks.vllm_config([], None, off))[0].evidence
-    [finding] = checks.check_prefix_caching(checks.ServerConfig(), {"q": ["llama-server", "--no-cache-prompt"],
+    assert "enable_prefix_caching=\"False\"" in vllm_evidence.check_prefix_caching(vllm_evidence.vllm_config([], None, off))[0].evidence
+    [finding] = vllm_evidence.check_prefix_caching(vllm_evidence.ServerConfig(), {"q": ["llama-server", "--no-cache-prompt"],
                                                                   "r": ["llama-server"]})
     assert finding.evidence.startswith("q: ") and "cache-prompt" in finding.fix
 

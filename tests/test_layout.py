@@ -4,6 +4,7 @@ results files written before the layout change still loading and reporting ident
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from llm_bench.engines import Engine, LlamaCppEngine, OpenAIEngine
@@ -15,8 +16,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "llm_bench"
 
 # Which layer may import which: a module never imports from a layer above its own.
 LAYERS = ["support", "quality", "validation", "prompts", "testbed", "engines", "results", "preset_args", "tables",
-          "gpu", "fingerprint", "provenance", "diagnostics", "workloads", "plan", "runner", "report", "sweep", "boxes", "demo", "tune", "soak",
-          "power", "capacity", "failover", "history", "cli"]
+          "gpu", "fingerprint", "provenance", "diagnostics", "workloads", "plan", "runner", "report", "sweep", "boxes",
+          "demo", "tune", "soak", "power", "capacity", "failover", "history", "cli"]
 
 
 def imports_of(path: Path) -> set[str]:
@@ -51,6 +52,12 @@ def test_every_module_has_a_layer_and_a_line_in_docs_layout() -> None:
     names = [p.relative_to(PACKAGE) for p in modules]
     assert sorted({n.parts[0].removesuffix(".py") for n in names} - {"__init__", "__main__"} - set(LAYERS)) == []
     assert [str(n) for n in names if f"`{n}`" not in layout] == []
+
+
+def test_docs_layout_lists_the_layers_in_this_order() -> None:
+    layout = (PACKAGE.parent / "docs" / "layout.md").read_text()
+    listed = layout.split("with the layers in this order (lowest first):", 1)[1].lstrip().split("\n\n", 1)[0]
+    assert re.findall(r"`(\w+)`", listed) == LAYERS
 
 
 def test_no_module_reaches_back_up() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from llm_bench.cli.exits import CouldNotRun
-from llm_bench.engines import DEFAULT_ENGINE, DEFAULT_STREAMS, ENGINES, Engine, open_engine
+from llm_bench.engines import DEFAULT_ENGINE, DEFAULT_STREAMS, ENGINES, Engine, engine_help, open_engine
 from llm_bench.engines.stream import THINKING
 from llm_bench.plan import DEFAULT_URL, ApiKeySource, PlanError, Protocol, protocol_from_mapping
 from llm_bench.validation import FieldError, describe, url_problem
@@ -93,8 +93,7 @@ def server_options(f, url_option=None):
     """Where the server is and how to reach it; every command that talks to a server takes these."""
     return apply(f, [
         url_option or click.option("--url", type=URL, help=f"Server URL (default {DEFAULT_URL})."),
-        click.option("--engine", type=click.Choice(ENGINES),
-                     help="llama-cpp: a llama.cpp router (default); openai: any OpenAI-compatible server."),
+        click.option("--engine", type=click.Choice(ENGINES), help=engine_help()),
         click.option("--api-key-file", type=click.Path(dir_okay=False, path_type=Path),
                      help="Read a Bearer API key from this file's first line (never written to results or logs)."),
         click.option("--api-key-env", help="Read a Bearer API key from this environment variable."),

@@ -3,8 +3,9 @@
 The evidence: VRAM, power limits, the PCIe link and Xid events (NVML), the kernel log (Xid lines),
 the server's log (``server_log.py``), vLLM's command line (``/proc`` or given), compose/.env files,
 ``/metrics``, the router's preset arguments and build (the llamAmpere fork), and one short probe
-request per model (drafting and the memory-bandwidth roofline). Each check is a pure function in
-``checks.py``.
+request per model (drafting and the memory-bandwidth roofline). Each check is a pure function in the
+module of its subject: ``log_checks.py``, ``gpu_checks.py``, ``gpu_errors.py``, ``acceptance.py``,
+``vllm_evidence.py``, ``fork.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from llm_bench.diagnostics import checks
+from llm_bench.diagnostics import acceptance, fork, gpu_checks, gpu_errors, log_checks, vllm_evidence
 from llm_bench.diagnostics.evidence import (
     MARKER,
     detect_fork,
@@ -74,8 +75,8 @@ def log_findings(source: LogSource | None, gpu_count: int, drafts_from_context: 
         text = source.read()
     except (OSError, subprocess.SubprocessError) as e:
         return [Finding("log", WARNING, f"could not read {where}: {e}", "give --log-file or --log-command")]
-    return (checks.check_offload(text, gpu_count, where) + checks.check_fa_fallback(text, where)
-            + checks.check_acceptance_log(text, where, drafts_from_context))
+    return (log_checks.check_offload(text, gpu_count, where) + log_checks.check_fa_fallback(text, where)
+            + acceptance.check_acceptance_log(text, where, drafts_from_context))
 
 
 def kernel_findings(nvml: Nvml, settings: DoctorSettings) -> list[Finding]:
@@ -84,7 +85,7 @@ def kernel_findings(nvml: Nvml, settings: DoctorSettings) -> list[Finding]:
     except OSError as e:
         return [Finding("gpu-xid", INFO, f"could not read {settings.kernel_log.describe()}: {e}",
                         "run as root, or give --kernel-log FILE (e.g. saved `journalctl -k` output)")]
-    return checks.check_xid(checks.xid_lines(text, settings.since), nvml.pci_indexes(),
+    return gpu_errors.check_xid(gpu_errors.xid_lines(text, settings.since), nvml.pci_indexes(),
                             settings.kernel_log.describe())
 
 
@@ -100,26 +101,26 @@ def diagnose(engine: Engine, nvml: Nvml, source: LogSource | None, settings: Doc
     OSError when a config file given cannot be read."""
     files = read_config_files(settings.config_files)
     loaded = engine.loaded_models()
-    findings = checks.check_vram(nvml.vram_used(), settings.vram_threshold_mib, loaded)
-    findings += checks.check_power_floor(nvml, settings.power_floor_w)
+    findings = gpu_checks.check_vram(nvml.vram_used(), settings.vram_threshold_mib, loaded)
+    findings += gpu_checks.check_power_floor(nvml, settings.power_floor_w)
     findings += kernel_findings(nvml, settings)
     xids = nvml.xid_watch()
     metrics = engine.metrics_text()
-    lines = [settings.vllm_cmdline] if settings.vllm_cmdline else checks.vllm_command_lines()
-    findings += checks.check_enforce_eager(lines, metrics)
-    config = checks.vllm_config(lines, files, metrics)
-    findings += checks.check_dtype_with_speculation(config)
+    lines = [settings.vllm_cmdline] if settings.vllm_cmdline else vllm_evidence.vllm_command_lines()
+    findings += vllm_evidence.check_enforce_eager(lines, metrics)
+    config = vllm_evidence.vllm_config(lines, files, metrics)
+    findings += vllm_evidence.check_dtype_with_speculation(config)
     presets = router_presets(engine)
-    findings += checks.check_prefix_caching(config, presets)
-    findings += checks.check_fork_control(detect_fork(engine, presets, settings.build, settings.marker), presets)
+    findings += vllm_evidence.check_prefix_caching(config, presets)
+    findings += fork.check_fork_control(detect_fork(engine, presets, settings.build, settings.marker), presets)
     bandwidth = nvml.memory_bandwidth_gbs(0)
     with PcieWatch(nvml) as pcie:
         for alias in settings.aliases or tuple(loaded):
             findings += probe_findings(engine, alias, settings, bandwidth, log)
     # After the probes: a probe may load a model, and its load lines are what the log checks read.
     findings += log_findings(source, nvml.count(), config.drafts_from_context)
-    findings += checks.check_pcie(list(pcie.busiest.values()), pcie.first, pcie.last)
-    findings += checks.check_xid_events(xids.poll())
+    findings += gpu_errors.check_pcie(list(pcie.busiest.values()), pcie.first, pcie.last)
+    findings += gpu_errors.check_xid_events(xids.poll())
     xids.close()
     return findings
 
@@ -132,10 +133,10 @@ def probe_findings(engine: Engine, alias: str, settings: DoctorSettings, bandwid
     except ServerError as e:
         return [Finding("probe", ERROR, f"{alias}: the probe request failed: {e}",
                         "check the server's log for the failure")]
-    findings = checks.check_acceptance(record)
+    findings = acceptance.check_acceptance(record)
     if bandwidth:
         roofline.apply(record, bandwidth, settings.model_bytes)
-        findings += checks.check_roofline(record, settings.roofline_min)
+        findings += gpu_checks.check_roofline(record, settings.roofline_min)
         if record.roofline_tps:
             s = record.summary("decode_tps")
             log(f"  {alias}: {s.median if s else 0:.1f} t/s of a {record.roofline_tps:.1f} t/s roofline")

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from llm_bench.diagnostics.checks import fork_build
+from llm_bench.diagnostics.fork import fork_build
 from llm_bench.engines import Engine
 from llm_bench.engines.errors import ServerError
 

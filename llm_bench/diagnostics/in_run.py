@@ -6,27 +6,29 @@ import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from llm_bench.diagnostics.checks import (
-    ServerConfig,
-    check_acceptance_log,
-    check_dtype_with_speculation,
-    check_fa_fallback,
-    check_fork_control,
-    check_offload,
+from llm_bench.diagnostics.acceptance import check_acceptance_log
+from llm_bench.diagnostics.evidence import detect_fork, router_presets
+from llm_bench.diagnostics.findings import INFO, Finding
+from llm_bench.diagnostics.fork import check_fork_control
+from llm_bench.diagnostics.gpu_checks import check_power_floor, check_roofline
+from llm_bench.diagnostics.gpu_errors import (
+    GpuErrorWatch,
+    KernelLog,
+    PcieWatch,
     check_pcie,
-    check_power_floor,
-    check_prefix_caching,
-    check_roofline,
     check_xid,
     check_xid_events,
+)
+from llm_bench.diagnostics.log_checks import check_fa_fallback, check_offload
+from llm_bench.diagnostics.server_log import log_source
+from llm_bench.diagnostics.settings import Checks
+from llm_bench.diagnostics.vllm_evidence import (
+    ServerConfig,
+    check_dtype_with_speculation,
+    check_prefix_caching,
     vllm_command_lines,
     vllm_config,
 )
-from llm_bench.diagnostics.evidence import detect_fork, router_presets
-from llm_bench.diagnostics.findings import INFO, Finding
-from llm_bench.diagnostics.gpu_errors import GpuErrorWatch, KernelLog, PcieWatch
-from llm_bench.diagnostics.server_log import log_source
-from llm_bench.diagnostics.settings import Checks
 from llm_bench.engines import Engine
 from llm_bench.gpu import roofline
 from llm_bench.gpu.nvml import Nvml

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from llm_bench.engines.client import DEFAULT_STREAMS
 from llm_bench.engines.completion import Completion, CompletionRequest
 from llm_bench.engines.logprobs import LogprobSource
 from llm_bench.engines.metrics import PrefixCacheCounters, SpecCounters
@@ -115,3 +117,27 @@ class Engine(Protocol):
     def release(self, alias: str) -> None:
         """Give the alias's memory back (unload), where the server can."""
         ...
+
+
+@dataclass(frozen=True)
+class Connection:
+    """How to reach a server, as the command line and plans give it; each kind of engine takes what it uses."""
+
+    url: str
+    timeout: float  # seconds before one request counts as failed
+    api_key: str | None = None
+    metrics_url: str | None = None  # an OpenAI server's Prometheus page (default: URL/metrics)
+    load_timeout: float = 900.0  # a llama.cpp router's model load
+    streams: int = DEFAULT_STREAMS  # the most simultaneous streams the caller opens (the connection pool's size)
+    metrics_key: bool = False  # send the API key to a metrics URL of another origin
+
+
+@dataclass(frozen=True)
+class EngineKind:
+    """One kind of server llm-bench measures, as the registry (``engines/__init__.py``) lists it: its name
+    (``--engine``), what it is (the flag's help), what it can do before one is opened, and how one is opened."""
+
+    name: str
+    describe: str
+    capabilities: Capabilities
+    open: Callable[[Connection], Engine]

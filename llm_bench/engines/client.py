@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import httpx
 
@@ -128,23 +130,27 @@ class OpenAIClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def _send(self, what: str, send: Callable[[], T], *, again: bool) -> T:
+        """``send()`` with its transport errors typed; where ``again``, a request the server dropped before
+        answering is sent once more. llama.cpp's router closes a kept-alive connection after a few requests
+        and sometimes drops the request it proxies over such a stale connection before any byte of a
+        response: nothing was generated, so sending it again is safe (for a GET, a completion or a stream;
+        not for a load or unload, which may have started)."""
         try:
-            try:
-                return self.http.request(method, path, **kwargs)
-            except httpx.RemoteProtocolError:
-                if method != "GET":
-                    raise
-                # the router's stale-connection drop (see stream_chat); a GET is safe to send again
-                return self.http.request(method, path, **kwargs)
-        except httpx.ConnectError as e:
-            raise ServerUnreachable(
-                f"cannot connect to {self.base_url} ({e}); is the server running, and is --url right?"
-            ) from e
-        except httpx.TimeoutException as e:
-            raise RequestTimeout(f"{method} {path} failed: {type(e).__name__}: {e}") from e
-        except httpx.TransportError as e:
-            raise ServerError(f"{method} {path} failed: {type(e).__name__}: {e}") from e
+            with transport_errors(what, self.base_url):
+                return send()
+        except _NoResponse as first:
+            if not again:
+                raise ServerError(f"{what}: the server closed the connection without answering: {first}") from first
+        try:
+            with transport_errors(what, self.base_url):
+                return send()
+        except _NoResponse as e:
+            raise ServerError(f"{what}: the server closed the connection twice without answering: {e}") from e
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        return self._send(f"{method} {path}", lambda: self.http.request(method, path, **kwargs),
+                          again=method == "GET")
 
     def get_json(self, path: str, **params: Any) -> Any:
         response = self._request("GET", path, params=params or None)
@@ -160,16 +166,8 @@ class OpenAIClient:
     def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
         """A non-streamed request answered HTTP 200 (its headers too: a proxy names its backend there); the
         server's error as a ServerError."""
-        try:
-            response = self.http.post(path, json=body)
-        except httpx.RemoteProtocolError:  # the router's stale-connection drop (see stream_chat): nothing ran
-            response = self._request("POST", path, json=body)
-        except httpx.ConnectError as e:
-            raise ServerUnreachable(f"cannot connect to {self.base_url} ({e})") from e
-        except httpx.TimeoutException as e:
-            raise RequestTimeout(f"POST {path} for {body.get('model')!r} failed: {type(e).__name__}: {e}") from e
-        except httpx.TransportError as e:
-            raise ServerError(f"POST {path} for {body.get('model')!r} failed: {type(e).__name__}: {e}") from e
+        response = self._send(f"POST {path} for {body.get('model')!r}", lambda: self.http.post(path, json=body),
+                              again=True)
         if response.status_code != 200:
             raise RequestRefused(f"POST {path} for {body.get('model')!r}: {error_message(response)}"
                                  f"{refused_hint(response)}", response.status_code)
@@ -188,15 +186,8 @@ class OpenAIClient:
                     extra: dict[str, Any] | None = None) -> StreamMeasurement:
         """One streamed completion; ``extra`` adds engine-specific fields to the request body."""
         body = {**request.body(), **(extra or {})}
-        try:
-            return self._stream_chat_once(request, body, path)
-        except _NoResponse:
-            # llama.cpp's router sometimes drops a request it proxies over a stale connection to a
-            # model instance, before any byte of a response: nothing was generated, so it is sent again.
-            try:
-                return self._stream_chat_once(request, body, path)
-            except _NoResponse as e:
-                raise ServerError(f"the server closed the connection twice without answering: {e}") from e
+        return self._send(f"POST {path} for {request.model!r}", lambda: self._stream_chat_once(request, body, path),
+                          again=True)
 
     def _stream_chat_once(self, request: ChatRequest, body: dict[str, Any], path: str) -> StreamMeasurement:
         what = f"POST {path} for {request.model!r}"
@@ -207,38 +198,53 @@ class OpenAIClient:
                 written.append(time.perf_counter())
 
         sent_at = time.perf_counter()
-        try:
-            with self.http.stream("POST", path, json=body, extensions={"trace": trace}) as response:
-                if response.status_code != 200:
-                    response.read()
-                    raise RequestRefused(f"{what}: {error_message(response)}{refused_hint(response)}",
-                                         response.status_code)
-                try:
-                    measurement = measure_stream(server_sent_events(response), sent_at, what=what)
-                    measurement.written_at = written[0] if written else None
-                    measurement.backend, measurement.proxy_overhead_ms, measurement.proxy_fallbacks = (
-                        proxy_route(response.headers))
-                    return measurement
-                except httpx.TimeoutException as e:  # the server stopped sending for longer than the timeout
-                    raise RequestTimeout(f"{what}: stream broke: {type(e).__name__}: {e}") from e
-                except httpx.TransportError as e:
-                    raise StreamBroken(f"{what}: stream broke: {type(e).__name__}: {e}") from e
-        except httpx.ConnectError as e:
-            raise ServerUnreachable(f"cannot connect to {self.base_url} ({e})") from e
-        except httpx.RemoteProtocolError as e:
-            raise _NoResponse(str(e)) from e
-        except httpx.PoolTimeout as e:
-            raise ServerError(f"{what}: no free connection in the client's pool (more streams than it was "
-                              "sized for)") from e
-        except httpx.TimeoutException as e:
-            raise RequestTimeout(f"{what}: timed out after {time.perf_counter() - sent_at:.1f} s "
-                              f"({type(e).__name__})") from e
-        except httpx.TransportError as e:
-            raise ServerError(f"{what}: request failed: {type(e).__name__}: {e}") from e
+        with self.http.stream("POST", path, json=body, extensions={"trace": trace}) as response:
+            if response.status_code != 200:
+                response.read()
+                raise RequestRefused(f"{what}: {error_message(response)}{refused_hint(response)}",
+                                     response.status_code)
+            with transport_errors(what, self.base_url, streaming=True):
+                measurement = measure_stream(server_sent_events(response), sent_at, what=what)
+            measurement.written_at = written[0] if written else None
+            measurement.backend, measurement.proxy_overhead_ms, measurement.proxy_fallbacks = (
+                proxy_route(response.headers))
+            return measurement
 
 
 class _NoResponse(Exception):
-    """The connection closed before any response arrived."""
+    """The connection closed before any response arrived (never seen outside ``OpenAIClient._send``)."""
+
+
+T = TypeVar("T")
+
+
+@contextmanager
+def transport_errors(what: str, base_url: str, *, streaming: bool = False) -> Iterator[None]:
+    """The one place httpx's transport errors become the typed errors of engines/errors.py, each message
+    naming ``what`` was sent. ``streaming``: inside an answer's body, where any break is the stream's
+    (StreamBroken, or RequestTimeout when the server stopped sending); before it, a connection closed
+    without an answer is _NoResponse, which ``OpenAIClient._send`` may send again."""
+    started = time.perf_counter()
+    try:
+        yield
+    except httpx.TransportError as e:
+        raise _typed(e, what, base_url, streaming, time.perf_counter() - started) from e
+
+
+def _typed(e: httpx.TransportError, what: str, base_url: str, streaming: bool, elapsed: float) -> Exception:
+    said = f"{type(e).__name__}: {e}"
+    if streaming:
+        broke = f"{what}: stream broke: {said}"
+        return RequestTimeout(broke) if isinstance(e, httpx.TimeoutException) else StreamBroken(broke)
+    if isinstance(e, httpx.ConnectError):
+        return ServerUnreachable(f"cannot connect to {base_url} ({e}); is the server running, and is --url right?")
+    if isinstance(e, httpx.RemoteProtocolError):
+        return _NoResponse(said)
+    if isinstance(e, httpx.PoolTimeout):
+        return ServerError(f"{what}: no free connection in the client's pool (more streams than it was sized for)")
+    if isinstance(e, httpx.TimeoutException):
+        return RequestTimeout(f"{what}: timed out after {elapsed:.1f} s ({said})")
+    return ServerError(f"{what} failed: {said}")
 
 
 class RouterClient(OpenAIClient):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llm_bench.engines.base import Capabilities
+from llm_bench.engines.base import Capabilities, Connection, EngineKind
 from llm_bench.engines.client import DEFAULT_STREAMS, RouterClient, StatusWatcher
 from llm_bench.engines.completion import Completion, CompletionRequest, parse_completion
 from llm_bench.engines.logprobs import LlamaServerLogprobs
@@ -91,3 +91,10 @@ class LlamaCppEngine:
 
     def release(self, alias: str) -> None:
         self.make_cold(alias)
+
+
+def _open(c: Connection) -> LlamaCppEngine:
+    return LlamaCppEngine(c.url, c.timeout, c.api_key, c.load_timeout, streams=c.streams)
+
+
+ENGINE = EngineKind(LlamaCppEngine.kind, "a llama.cpp router", LlamaCppEngine.capabilities, _open)

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from llm_bench.engines.base import Capabilities
+from llm_bench.engines.base import Capabilities, Connection, EngineKind
 from llm_bench.engines.client import DEFAULT_STREAMS, OpenAIClient, same_origin
 from llm_bench.engines.completion import Completion, CompletionRequest, parse_completion
 from llm_bench.engines.logprobs import VllmLogprobs
@@ -119,3 +119,10 @@ class OpenAIEngine:
 
     def release(self, model: str) -> None:
         pass
+
+
+def _open(c: Connection) -> OpenAIEngine:
+    return OpenAIEngine(c.url, c.timeout, c.api_key, c.metrics_url, streams=c.streams, metrics_key=c.metrics_key)
+
+
+ENGINE = EngineKind(OpenAIEngine.kind, "any OpenAI-compatible server", OpenAIEngine.capabilities, _open)

@@ -18,6 +18,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from llm_bench.preset_args import draft_max
+
 MODEL_FLAGS = ("--model", "-m")
 _SPLIT = re.compile(r"^(?P<stem>.*)-(?P<n>\d{5})-of-(?P<total>\d{5})\.gguf$")
 
@@ -76,19 +78,13 @@ def apply(record, bandwidth_gbs: float | None, size_bytes: int | None = None) ->
 def acceptance_length(record) -> float | None:
     """Tokens per target forward pass: the server's figure (vLLM), else estimated for llama.cpp.
 
-    llama.cpp reports drafted and accepted tokens but not draft rounds; with ``--spec-draft-n-max N``
-    each round drafts (at most) N tokens, so rounds ~ drafted / N and the length ~ 1 + rate x N.
+    llama.cpp reports drafted and accepted tokens but not draft rounds; with a draft depth of N (the preset's
+    ``draft_max``) each round drafts (at most) N tokens, so rounds ~ drafted / N and the length ~ 1 + rate x N.
     """
     spec = record.spec
     if spec is None or not spec.draft_tokens:
         return None
     if spec.mean_acceptance_length is not None:
         return spec.mean_acceptance_length
-    args = list(record.preset_args)
-    for flag in ("--spec-draft-n-max", "--draft-max", "--draft-n", "--draft"):
-        if flag in args and args.index(flag) + 1 < len(args):
-            try:
-                return 1.0 + (spec.acceptance_rate or 0.0) * float(args[args.index(flag) + 1])
-            except ValueError:
-                return None
-    return None
+    n = draft_max(record.preset_args)
+    return None if n is None else 1.0 + (spec.acceptance_rate or 0.0) * n

@@ -22,8 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llm_bench.diagnostics.checks import check_xid, check_xid_events
-from llm_bench.diagnostics.gpu_errors import GpuErrorWatch
+from llm_bench.diagnostics.gpu_errors import GpuErrorWatch, check_xid, check_xid_events
 from llm_bench.diagnostics.restarts import Restart, RestartWatch
 from llm_bench.engines import Engine
 from llm_bench.engines.errors import RequestRefused, RequestTimeout, ServerError, ServerUnreachable, StreamBroken

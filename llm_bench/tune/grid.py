@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
+from llm_bench.preset_args import settings_speculate, settings_without_speculation
+
 Value = str | int | float | bool
 Settings = dict[str, Value]
 
-# Keys that only matter when the preset speculates.
-SPEC_ONLY = re.compile(r"^(spec-(?!type$).*|model-draft|draft-.*|hf-repo-draft|ctkd|ctvd|md)$")
 NAME_KEY = "name"
 
 
@@ -96,18 +96,12 @@ def parse_axis(name: str, values: Any) -> Axis:
     return Axis(name, tuple(parsed))
 
 
-def speculates(settings: Mapping[str, Value]) -> bool:
-    """An explicit spec-type decides; without one, a draft model alone makes llama-server draft."""
-    if "spec-type" in settings:
-        return str(settings["spec-type"]) not in ("", "none")
-    return any(k in settings for k in ("model-draft", "md", "hf-repo-draft"))
-
-
 def effective(settings: Settings) -> Settings:
-    """What a preset really asks for: speculation-only keys dropped when it does not speculate."""
-    if speculates(settings):
+    """What a preset really asks for: speculation-only keys dropped when it does not speculate (the
+    questions are preset_args's, which knows every spelling of a speculative key)."""
+    if settings_speculate(settings):
         return settings
-    return {k: v for k, v in settings.items() if not SPEC_ONLY.match(k)}
+    return settings_without_speculation(settings)
 
 
 def expand(prefix: str, base: Mapping[str, Value], axes: Sequence[Axis]) -> list[Candidate]:

@@ -7,7 +7,7 @@ import copy
 import uuid
 from dataclasses import replace
 
-from llm_bench.diagnostics.checks import check_acceptance_trap
+from llm_bench.diagnostics.acceptance import check_acceptance_trap
 from llm_bench.engines import Engine
 from llm_bench.engines.errors import ServerError
 from llm_bench.engines.metrics import SpecCounters

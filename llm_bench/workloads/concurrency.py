@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from llm_bench.diagnostics.checks import check_acceptance_trap
+from llm_bench.diagnostics.acceptance import check_acceptance_trap
 from llm_bench.engines import Engine
 from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 from llm_bench.gpu.telemetry import recording

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from llm_bench.workloads.quality.measure import (
     QUALITY,
-    QualitySettings,
     code_found,
     is_correct,
     load_quality_set,
@@ -13,5 +12,6 @@ from llm_bench.workloads.quality.measure import (
     recall_prompt,
     trim_answer,
 )
+from llm_bench.workloads.quality.settings import QualitySettings
 
 __all__ = ["QUALITY", "QualitySettings", "code_found", "is_correct", "load_quality_set", "quality", "recall_prompt", "trim_answer"]

@@ -14,10 +14,9 @@ from __future__ import annotations
 import time
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from llm_bench.engines import Engine
 from llm_bench.engines.completion import CompletionRequest
@@ -31,23 +30,9 @@ from llm_bench.engines.logprobs import (
 )
 from llm_bench.quality.exact_items import generate_items, is_correct
 from llm_bench.results import AliasRecord, ExactAnswer, ForcedText
-
-if TYPE_CHECKING:
-    from llm_bench.workloads.quality.measure import QualitySettings
+from llm_bench.workloads.quality.settings import QualitySettings, ReferenceText
 
 EXACT_MAX_TOKENS = 16
-
-
-@dataclass(frozen=True)
-class ReferenceText:
-    """One segment of the reference text: ``text`` in full, ``prompt`` its leading part that is not scored
-    (the chat-templated question; empty for a user's file), and the reference's token ids of ``text``."""
-
-    segment: str
-    text: str
-    prompt: str
-    token_ids: tuple[int, ...]
-    made_by: str  # the configuration whose answers (or tokeniser) made it
 
 
 def divergence_prompts() -> list[tuple[str, str]]:

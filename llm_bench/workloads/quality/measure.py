@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from llm_bench.engines import Engine
 from llm_bench.engines.completion import CompletionRequest
@@ -21,11 +20,9 @@ from llm_bench.engines.errors import ServerError
 from llm_bench.results import AliasRecord, QualityOutput, QuestionResult, RecallProbe
 from llm_bench.support.progress import Steps
 from llm_bench.tables import Cell
-from llm_bench.validation import FieldError, check_fields
 from llm_bench.workloads.base import Flag, Log, MainColumn, RunParameters, Workload
 from llm_bench.workloads.common import derive
 from llm_bench.workloads.quality.forced import (
-    ReferenceText,
     carry_reference,
     measure_distributions,
     measure_exact_items,
@@ -37,40 +34,13 @@ from llm_bench.workloads.quality.score import (
     quality_summary,
     quality_tables,
 )
+from llm_bench.workloads.quality.settings import QualitySettings
 
 QUESTION_MAX_TOKENS = 16
 RECALL_MAX_TOKENS = 24
 # Tokens of a recall prompt besides the filler (needle, question, chat template) and of its answer:
 # a length is skipped when filler + this does not fit the model's context.
 RECALL_OVERHEAD_TOKENS = 96
-
-
-@dataclass(frozen=True)
-class QualitySettings:
-    # Long-context recall: filler lengths in tokens (sized for a 24 GB card; a length beyond the model's
-    # context is skipped with the reason) and needle depths (0 = start).
-    recall_lengths: tuple[int, ...] = field(default=(8192, 32768), metadata={"min": 64})
-    recall_depths: tuple[float, ...] = field(default=(0.1, 0.5, 0.9), metadata={"min": 0.0, "max": 1.0})
-    # A cap on the output tokens of the agreement prompts (each has its own max_tokens).
-    max_tokens: int | None = field(default=None, metadata={"min": 1})
-    chars_per_token: float = field(default=4.0, metadata={"above": 0.0})  # the filler's length is set in characters
-    # Token distributions: the top_k next-token log-probabilities at every position of the reference text
-    # (vLLM lists at most its --max-logprobs, 20 by default). The text: the first configuration's greedy
-    # answers of up to text_tokens each to the shipped [[divergence]] prompts, or the user's own file.
-    # 0: none measured (then no verdict).
-    top_k: int = field(default=20, metadata={"min": 0})
-    text_tokens: int = field(default=512, metadata={"min": 1})
-    text_file: Path | None = None
-    # The exact-answer items: this many of each of the 4 families at each difficulty (0: none).
-    exact_items_per_kind: int = field(default=20, metadata={"min": 0})
-    exact_difficulties: tuple[Literal["easy", "medium", "hard"], ...] = ("easy", "medium", "hard")
-    # Set by the runner once the first configuration has made the reference text (never by a plan).
-    reference_text: tuple[ReferenceText, ...] = field(default=(), metadata={"carried": True})
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-        if self.text_file is not None and not self.text_file.is_file():
-            raise FieldError("text_file", f"must be a text file that exists, not {str(self.text_file)!r}")
 
 
 @dataclass(frozen=True)

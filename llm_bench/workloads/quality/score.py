@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llm_bench.preset_args import parse_args, preset_facts, speculation
+from llm_bench.preset_args import is_speculative, parse_args, preset_facts, without_speculation
 from llm_bench.quality.divergence import Divergence, Estimate, compare
 from llm_bench.quality.paired import WORSE, PairedVerdict, paired_verdict
 from llm_bench.results import AliasRecord, ExactAnswer, QualityOutput, QuestionResult, RecallProbe
@@ -30,9 +30,6 @@ QUALITY_RECORDS = "quality"
 SPEC_EARLY = {"tokens": 32, "characters": 128}
 SPECULATION_CHANGED = "speculation changed the output"
 
-# Preset arguments that only concern speculative decoding; the rest must match for a control.
-_SPEC_FLAGS = ("--spec-", "--model-draft", "-md", "--draft", "-ngld", "--n-gpu-layers-draft", "-td", "-tbd",
-               "-ctkd", "-ctvd", "-devd", "--device-draft", "--cache-type-k-draft", "--cache-type-v-draft")
 # Arguments that differ between any two instances the router starts.
 _INSTANCE_FLAGS = ("--port", "--alias")
 
@@ -222,26 +219,22 @@ def agreement(reference_outputs: Sequence[QualityOutput], outputs: Sequence[Qual
     return Agreement("tokens" if tokens else "characters", tuple(prompts))
 
 
-def is_speculative(row: Row) -> bool:
-    return speculation(row.record.preset_args) != "-"
-
-
 def _model_path(row: Row) -> str | None:
     parsed = parse_args(row.record.preset_args)
     return parsed.get("--model") or parsed.get("-m") or parsed.get("--hf-repo") or parsed.get("-hf")
 
 
 def _non_spec_args(row: Row) -> dict[str, str]:
-    return {k: v for k, v in parse_args(row.record.preset_args).items()
-            if not k.startswith(_SPEC_FLAGS) and k not in _SPEC_FLAGS and k not in _INSTANCE_FLAGS}
+    """The arguments a control must share: all but speculation's and the instance's own."""
+    return {k: v for k, v in without_speculation(row.record.preset_args).items() if k not in _INSTANCE_FLAGS}
 
 
 def control_for(row: Row, candidates: Sequence[Row]) -> Row | None:
     """The non-speculative configuration of the same build and model that a speculative one must match:
     the one whose other preset arguments are the same, else one with the same KV cache types."""
-    if not is_speculative(row) or _model_path(row) is None:
+    if not is_speculative(row.record.preset_args) or _model_path(row) is None:
         return None
-    same = [c for c in candidates if not is_speculative(c) and c.label == row.label
+    same = [c for c in candidates if not is_speculative(c.record.preset_args) and c.label == row.label
             and c.record.server_build == row.record.server_build and _model_path(c) == _model_path(row)]
     exact = [c for c in same if _non_spec_args(c) == _non_spec_args(row)]
     if exact:
