@@ -8,22 +8,20 @@ TOML has no null: a figure that does not exist is left out, never written as 0.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import statistics
 import tomllib
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import numpy
 import tomli_w
 
 from llm_bench.engines.base import Engine
 from llm_bench.engines.metrics import SpecCounters
 from llm_bench.engines.stream import StreamMeasurement
+from llm_bench.support.stats import Tail, percentile, tail_of
 
 FORMAT = "llm-bench/1"
 # The workload of the reference protocol's records; files written before it was named so call it "protocol".
@@ -200,13 +198,6 @@ class Summary:
         if not present:
             return None
         return cls(statistics.median(present), min(present), max(present))
-
-
-def tail_of(values: Sequence[float], q: float) -> Tail:
-    """The q-th percentile of values where they are enough for it (see min_samples), else their max, so labelled."""
-    if len(values) >= min_samples(q):
-        return Tail(percentile(list(values), q), f"p{q:g}", len(values))
-    return Tail(max(values), "max", len(values))
 
 
 @dataclass
@@ -394,25 +385,6 @@ def spec_from_runs(runs: list[RunRecord]) -> SpecCounters | None:
     if not drafted:
         return None
     return SpecCounters(float(drafted), float(sum(r.draft_n_accepted or 0 for r in runs)))
-
-
-def percentile(values: list[float], q: float) -> float:
-    """numpy's percentile (linear interpolation between closest ranks)."""
-    return float(numpy.percentile(values, q))
-
-
-def min_samples(q: float) -> int:
-    """Samples needed before the q-th percentile is reported: enough that at least one sample lies above
-    it (10 for p90, 100 for p99; p50 needs 1). With fewer, "p99" would be an interpolation toward the
-    largest value, i.e. the max under another name."""
-    return 1 if q <= 50 else math.ceil(round(100.0 / (100.0 - q), 9))
-
-
-@dataclass(frozen=True)
-class Tail:
-    value: float
-    label: str  # "p90", "p99", ... or "max" when the samples are too few for that percentile
-    samples: int
 
 
 def _drop_none(data: dict[str, Any]) -> dict[str, Any]:

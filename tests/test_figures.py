@@ -30,12 +30,9 @@ from llm_bench.results import (
     RunRecord,
     Summary,
     load_results,
-    min_samples,
-    percentile,
-    tail_of,
 )
 from llm_bench.runner import RunAborted, measure_alias, run_plan
-from llm_bench.support.stats import median_interval, relative_precision
+from llm_bench.support.stats import median_interval, min_samples, percentile, relative_precision, tail_of
 from llm_bench.workloads.common import run_record, spec_from_runs
 from llm_bench.workloads.standard import standard
 from tests.fake_nvml import FakeNvml

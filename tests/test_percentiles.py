@@ -3,7 +3,8 @@
 import pytest
 
 from llm_bench.report import load_rows, markdown_table
-from llm_bench.results import AliasRecord, ResultSet, ResultsWriter, RunRecord, min_samples, percentile
+from llm_bench.results import AliasRecord, ResultSet, ResultsWriter, RunRecord
+from llm_bench.support.stats import min_samples, percentile
 
 
 def record(ttfts):

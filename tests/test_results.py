@@ -11,10 +11,10 @@ from llm_bench.results import (
     ResultsWriter,
     RunRecord,
     load_results,
-    percentile,
     results_stem,
     spec_from_runs,
 )
+from llm_bench.support.stats import percentile
 
 
 def record() -> AliasRecord:

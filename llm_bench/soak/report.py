@@ -5,9 +5,9 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from llm_bench.results import Tail
 from llm_bench.soak.traffic import KINDS, SoakResult
 from llm_bench.support.plotting import figure
+from llm_bench.support.stats import Tail
 
 
 def tail_cell(tail: Tail) -> str:

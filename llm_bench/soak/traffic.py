@@ -30,7 +30,7 @@ from llm_bench.engines.errors import RequestRefused, RequestTimeout, ServerError
 from llm_bench.engines.stream import ChatRequest
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.prompts import shipped_prompt
-from llm_bench.results import Tail, run_record, tail_of
+from llm_bench.results import run_record
 from llm_bench.soak.requests import (
     SPECIAL_KINDS,
     Capabilities,
@@ -38,7 +38,7 @@ from llm_bench.soak.requests import (
     send,
 )
 from llm_bench.support.fanout import fan_out
-from llm_bench.support.stats import CONFIDENCE, slope_interval
+from llm_bench.support.stats import CONFIDENCE, Tail, slope_interval, tail_of
 from llm_bench.workloads.common import long_prompt
 
 Log = Callable[[str], None]
@@ -159,7 +159,7 @@ class SoakResult:
 
     def tails(self, metric: str) -> dict[int, Tail]:
         """p50, p90, p99 of the successful requests, each only where the samples are enough for it
-        (results.min_samples: p90 needs 10, p99 100); else the max, labelled "max"."""
+        (stats.min_samples: p90 needs 10, p99 100); else the max, labelled "max"."""
         values = [getattr(r, metric) for r in self.requests if r.ok and getattr(r, metric) is not None]
         return {q: tail_of(values, q) for q in (50, 90, 99)} if values else {}
 

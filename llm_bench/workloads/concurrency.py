@@ -99,7 +99,7 @@ def concurrency_tables(rows: Sequence[Row], _baseline: Row | None = None) -> lis
                     key=lambda r: (r.label, r.record.alias, r.record.concurrency or 0))
     if not chosen:
         return []
-    # p90/p99 only where the samples are enough for them (results.min_samples); else the max, labelled
+    # p90/p99 only where the samples are enough for them (support.stats.min_samples); else the max, labelled
     header = ["Configuration", "Concurrent", "Total t/s", "Per-request t/s p50", "TTFT ms p50", "TTFT ms p90",
               "TTFT ms p99", "Draft accept", "Notes"]
     lines = []
