@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "llm_bench"
 # Which layer may import which: a module never imports from a layer above its own.
 LAYERS = ["support", "quality", "validation", "prompts", "testbed", "engines", "results", "preset_args", "tables",
           "gpu", "provenance", "diagnostics", "workloads", "plan", "runner", "report", "sweep", "boxes", "demo", "tune", "soak",
-          "power", "capacity", "failover", "cli"]
+          "power", "capacity", "failover", "sources", "cli"]
 
 
 def imports_of(path: Path) -> set[str]:

@@ -16,10 +16,9 @@ from llm_bench.gpu.nvml import Nvml
 from llm_bench.power import limits
 from llm_bench.power.limits import LimitResult
 from llm_bench.power.measure import measurer
+from llm_bench.power.sweeps import FORMAT, PowerSweep, power_table
 from llm_bench.prompts import shipped_prompt
 from llm_bench.provenance import provenance
-from llm_bench.report.rows import POWER_FORMAT, PowerSweep
-from llm_bench.report.table import power_table
 from llm_bench.results import reserve_path, results_stem, write_toml
 from llm_bench.tables import markdown
 
@@ -74,7 +73,7 @@ def run_power(server: Engine, nvml: Nvml, settings: PowerSettings, output_dir: P
     request = ChatRequest(model, shipped_prompt(settings.prompt_name), settings.max_tokens, 1.0, 42)
     log(f"Warming up {model} ...")
     server.stream(request)
-    meta = provenance(POWER_FORMAT, nvml) | {
+    meta = provenance(FORMAT, nvml) | {
         "server_url": server.base_url, "alias": model, "gpus_limited": chosen, "limits_w": list(settings.limits_w),
         "runs": settings.runs, "max_tokens": settings.max_tokens, "settle_s": settings.settle_s}
     path = reserve_path(output_dir, results_stem(datetime.now(timezone.utc), f"power-{model}"))

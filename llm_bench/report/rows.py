@@ -1,33 +1,20 @@
-"""Results files merged into rows (one per configuration) and the facts each row shows."""
+"""Results files merged into rows (one per configuration) and the facts each row shows; speed-up and verdict per row."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from llm_bench.preset_args import preset_facts
 from llm_bench.report.backends import split_by_backend
 from llm_bench.report.verdict import Verdict, verdict
-from llm_bench.results import AliasRecord, ResultSet, file_format, load_results, result_set_of
+from llm_bench.results import AliasRecord, ResultSet, load_results
 from llm_bench.tables import Row
 from llm_bench.workloads import REGISTRY
 from llm_bench.workloads.standard import STANDARD
 
 # The records the headline table, the chart and the verdicts compare: one stream at a time.
 SPEED_RECORDS = {w.record_name for w in REGISTRY if w.speed}
-# ``llm-bench power`` writes its sweeps in their own format; the report shows them in a section of their own.
-POWER_FORMAT = "llm-bench-power/1"
-
-
-@dataclass(frozen=True)
-class PowerSweep:
-    """One ``llm-bench power`` file: its provenance and one mapping per power limit (power.limits.LimitResult)."""
-
-    path: Path
-    meta: dict
-    limits: list[dict]
 
 
 def load_rows(paths: Sequence[Path]) -> list[Row]:
@@ -36,17 +23,6 @@ def load_rows(paths: Sequence[Path]) -> list[Row]:
 
 def load_sets(paths: Sequence[Path]) -> list[ResultSet]:
     return [load_results(p) for p in paths]
-
-
-def inputs_of(files: Mapping[Path, dict[str, Any]]) -> tuple[list[ResultSet], list[PowerSweep]]:
-    """Results files and power-sweep files (as ``results.read_toml`` read them), told apart by ``meta.format``."""
-    sets, sweeps = [], []
-    for path, data in files.items():
-        if file_format(data) == POWER_FORMAT:
-            sweeps.append(PowerSweep(path, data["meta"], list(data.get("limits", []))))
-        else:
-            sets.append(result_set_of(path, data))
-    return sets, sweeps
 
 
 def rows_of(sets: Sequence[ResultSet]) -> list[Row]:

@@ -42,6 +42,8 @@ from llm_bench.support.stats import CONFIDENCE, Tail, slope_interval, tail_of
 from llm_bench.workloads.common import long_prompt
 
 Log = Callable[[str], None]
+# The soak's results file (written by soak.command, read back by soak.report for `llm-bench report`).
+FORMAT = "llm-bench-soak/1"
 KINDS = ("prose", "code", "json", "long", "concurrent", "tool", "thinking", "image")
 DEFAULT_MIX = dict.fromkeys(KINDS, 1)
 LEAK_MIB = 256.0  # VRAM growth over the run that, with a steady slope, is flagged
@@ -187,6 +189,24 @@ class SoakResult:
             "trends": [t.to_toml() for t in self.trends], "warnings": self.warnings,
             "requests": [r.to_toml() for r in self.requests],
         }
+
+    @classmethod
+    def from_toml(cls, data: dict[str, Any]) -> SoakResult:
+        """The soak as its file keeps it; the failures, counts and percentiles are computed again from the
+        requests, and a GPU-error count that is absent stays unwatched."""
+        return cls(
+            requests=[SoakRequest(**_known(SoakRequest, r)) for r in data.get("requests", [])],
+            duration_s=float(data.get("duration_s", 0.0)), stopped_by=str(data.get("stopped_by", "")),
+            trends=[Trend(**_known(Trend, t)) for t in data.get("trends", [])],
+            warnings=list(data.get("warnings", [])), mix=dict(data.get("mix", {})),
+            skipped=dict(data.get("skipped", {})),
+            restarts=[Restart(**_known(Restart, r)) for r in data.get("restart_sources", [])],
+            unwatched=list(data.get("unwatched", [])), gpu_errors=list(data.get("gpu_errors", [])),
+            gpu_error_count=int(data.get("new_gpu_errors", 0)), gpu_errors_watched="new_gpu_errors" in data)
+
+
+def _known(kind: Any, data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k in kind.__dataclass_fields__}
 
 
 FAILURES = {ServerUnreachable: "unreachable", RequestTimeout: "timeout", RequestRefused: "http",
