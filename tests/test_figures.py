@@ -33,6 +33,7 @@ from llm_bench.results import (
 )
 from llm_bench.runner import RunAborted, measure_alias, run_plan
 from llm_bench.support.stats import median_interval, min_samples, percentile, relative_precision, tail_of
+from llm_bench.workloads import PARTS
 from llm_bench.workloads.common import run_record, spec_from_runs
 from llm_bench.workloads.standard import standard
 from tests.fake_nvml import FakeNvml
@@ -219,7 +220,7 @@ def test_a_run_that_timed_a_cache_hit_says_so():
 
 def test_the_file_reads_back_as_measured(measured):
     record, _, path = measured
-    (loaded,) = load_results(path).aliases
+    (loaded,) = load_results(path, PARTS).aliases
     assert loaded.runs == record.runs
     assert loaded.spec.acceptance_rate == pytest.approx(0.7)
     assert loaded.summary("decode_tps") == Summary(11.0, 10.0, 30.0)
@@ -297,7 +298,7 @@ def test_a_failed_run_keeps_the_finished_runs_in_the_file(tmp_path):
     failed = Reply(status=500, body={"error": {"message": "engine fell over"}})
     with scripted_server(replies + [failed], gets=ROUTER_API) as server:
         writer = run_plan(plan(server.url, tmp_path), lambda message: None, nvml=Nvml(FakeNvml()))
-    (record,) = load_results(writer.path).aliases
+    (record,) = load_results(writer.path, PARTS).aliases
     # the two runs, 3 tokens each by the server's usage (the warm-up had 2), with their decode rates (the rate's
     # arithmetic is pinned above; a 100 ms span read by two threads is too short to pin it here)
     assert [r.output_tokens for r in record.runs] == [3, 3]
@@ -314,7 +315,7 @@ def test_a_server_that_goes_away_keeps_the_finished_runs_in_the_file(tmp_path):
         with pytest.raises(RunAborted, match="results so far are in"):
             run_plan(plan(server.url, tmp_path), log, nvml=Nvml(FakeNvml()))
     (path,) = tmp_path.glob("*.toml")
-    saved = load_results(path)
+    saved = load_results(path, PARTS)
     assert saved.meta["complete"] is False
     assert [len(a.runs) for a in saved.aliases if a.alias == "m" and a.runs] == [2]
 
@@ -419,7 +420,7 @@ def test_the_markdown_table_prints_the_figures_in_their_units(tmp_path):
     record = AliasRecord(alias="a", runs=runs_of(10.0, 11.0, 30.0), cold_load_s=2.5)
     writer = ResultsWriter(tmp_path, ResultSet({"format": "llm-bench/1", "label": "t"}), "t")
     writer.add(record)
-    (row,) = rows_of([load_results(writer.path)])
+    (row,) = rows_of([load_results(writer.path, PARTS)])
     table = markdown_table([row])
     (line,) = [line for line in table.splitlines() if line.startswith("| a |")]
     cells = [c.strip() for c in line.strip("|").split("|")]

@@ -15,6 +15,7 @@ from llm_bench.plan import ApiKeySource, Plan, PlanError, Protocol
 from llm_bench.results import load_results
 from llm_bench.runner import run_plan
 from llm_bench.testbed.presets import render_presets_ini
+from llm_bench.workloads import PARTS
 from tests.fake_vllm import FakeVllm, FakeVllmConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -117,7 +118,7 @@ def test_workloads_on_the_real_router(llama_server_bin, bed, router_factory, tmp
                 protocol=Protocol(max_tokens=64, runs=2, concurrency=(1, 2), prefix_prompt_tokens=1200,
                                   prefix_chars_per_token=1.0,  # the tiny models' vocabulary: one byte, one token
                                   workloads=("standard", "categories", "concurrency", "prefix-cache")))
-    records = load_results(run_plan(plan, lambda m: None).path).aliases
+    records = load_results(run_plan(plan, lambda m: None).path, PARTS).aliases
     by_workload: dict[str, list] = {}
     for r in records:
         by_workload.setdefault(r.workload, []).append(r)
@@ -178,7 +179,7 @@ def test_concurrency_against_vllm_format(tmp_path):
     with FakeVllm() as vllm:
         plan = Plan(url=vllm.url, engine="openai", output_dir=tmp_path,
                     protocol=Protocol(max_tokens=30, runs=1, workloads=("concurrency",), concurrency=(1, 4)))
-        records = load_results(run_plan(plan, lambda m: None).path).aliases
+        records = load_results(run_plan(plan, lambda m: None).path, PARTS).aliases
     x4 = next(r for r in records if r.concurrency == 4)
     assert len(x4.runs) == 4 and x4.total_tps > 0
     assert x4.spec is not None and x4.spec.draft_tokens > 0

@@ -19,6 +19,7 @@ from llm_bench.results import (
     ResultsWriter,
     load_results,
 )
+from llm_bench.workloads import PARTS
 from llm_bench.workloads.quality import QUALITY, code_found, load_quality_set, quality, recall_prompt, trim_answer
 from llm_bench.workloads.quality.score import agreement, control_for, quality_rows
 from tests.fake_vllm import FakeVllm, FakeVllmConfig
@@ -128,7 +129,7 @@ def test_quality_records_round_trip_and_old_files_still_load(tmp_path: Path):
                      RecallProbe(32768, 0.5, "7194", skipped="beyond the context")]
     writer = ResultsWriter(tmp_path, ResultSet({"format": "llm-bench/1", "label": "t"}), "q")
     writer.add(record)
-    loaded = load_results(writer.path).aliases[0]
+    loaded = load_results(writer.path, PARTS).aliases[0]
     assert loaded.quality_outputs == record.quality_outputs
     assert loaded.questions == record.questions and loaded.recall == record.recall
     assert loaded.quality_comparison == "tokens" and loaded.configuration == "plain [quality]"
@@ -136,7 +137,7 @@ def test_quality_records_round_trip_and_old_files_still_load(tmp_path: Path):
     old = tmp_path / "old.toml"  # a file written before the quality workload existed
     old.write_text('[meta]\nformat = "llm-bench/1"\nlabel = "x"\n\n[[aliases]]\nalias = "a"\nworkload = "protocol"\n'
                    'comparable = true\n\n[[aliases.runs]]\ndecode_tps = 10.0\n')
-    (a,) = load_results(old).aliases
+    (a,) = load_results(old, PARTS).aliases
     assert a.quality_outputs == [] and a.recall == [] and a.questions == [] and a.workload == "standard"
     assert "Quality" not in markdown_table(load_rows([old]))
 

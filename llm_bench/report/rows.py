@@ -10,7 +10,7 @@ from llm_bench.report.backends import split_by_backend
 from llm_bench.report.verdict import Verdict, verdict
 from llm_bench.results import AliasRecord, ResultSet, load_results
 from llm_bench.tables import Row
-from llm_bench.workloads import REGISTRY
+from llm_bench.workloads import PARTS, REGISTRY
 from llm_bench.workloads.standard import STANDARD
 
 # The records the headline table, the chart and the verdicts compare: one stream at a time.
@@ -22,7 +22,7 @@ def load_rows(paths: Sequence[Path]) -> list[Row]:
 
 
 def load_sets(paths: Sequence[Path]) -> list[ResultSet]:
-    return [load_results(p) for p in paths]
+    return [load_results(p, PARTS) for p in paths]
 
 
 def rows_of(sets: Sequence[ResultSet]) -> list[Row]:
@@ -37,10 +37,12 @@ def rows_from_sets(sets: Sequence[ResultSet], qualify: bool) -> list[Row]:
     for result_set in sets:
         for record in result_set.aliases:
             label = record.target or result_set.meta.get("label", "")
-            name = f"{label} / {record.configuration}" if qualify and label else record.configuration
+            prefix = f"{label} / " if qualify and label else ""
             for backend, part in split_by_backend(record):
-                named = name if backend is None else f"{name} @ {backend}"
-                rows[named] = Row(named, part, label, record.engine or result_set.meta.get("engine", ""))
+                at = "" if backend is None else f" @ {backend}"
+                named = f"{prefix}{record.configuration}{at}"
+                group = f"{prefix}{record.alias}{at}"
+                rows[named] = Row(named, part, label, record.engine or result_set.meta.get("engine", ""), group)
     return list(rows.values())
 
 

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llm_bench.results import FORMAT, ResultsFileError, file_format, result_set_of
+from llm_bench.results import FORMAT, ResultSet, ResultsFileError, file_format, result_set_of
 from llm_bench.tables import Table
+from llm_bench.workloads import PARTS
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,11 @@ def numbered(path: Path, n: int, total: int) -> Path:
 
 
 # The results of run, tune, sweep and demo: the records the comparison rows are made of.
-RUN = Source("run", FORMAT, "run, tune, sweep and demo", load=result_set_of, beside_rows=True)
+def run_results_of(path: Path, data: dict[str, Any]) -> ResultSet:
+    return result_set_of(path, data, PARTS)
+
+
+RUN = Source("run", FORMAT, "run, tune, sweep and demo", load=run_results_of, beside_rows=True)
 
 
 def source_of(path: Path, data: dict[str, Any], sources: Sequence[Source]) -> Source:

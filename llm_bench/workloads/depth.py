@@ -11,7 +11,7 @@ the reason; a server that reuses any cached prompt token at a depth is named in 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from llm_bench.engines import Engine
 from llm_bench.engines.errors import ServerError, ServerUnreachable
 from llm_bench.engines.stream import ChatRequest
 from llm_bench.prompts import shipped_prompt
-from llm_bench.results import AliasRecord, DepthPoint
+from llm_bench.results import AliasRecord, known
 from llm_bench.support.numbers import fmt as figure
 from llm_bench.support.plotting import ChartError
 from llm_bench.support.plotting import figure as chart_figure
@@ -31,6 +31,34 @@ from llm_bench.workloads.common import WorkloadInterrupted, chat_request, derive
 FILLER_HEADING = "Background notes (context for later; the task follows after them):\n\n"
 # Characters of filler whose tokens are counted to measure the filler's characters per token.
 SAMPLE_CHARS = 2000
+
+
+@dataclass
+class DepthPoint:
+    """The depth workload's part of a record (``[aliases.depth]``): one context depth, in tokens of filler
+    before the question; the runs at it are the record's runs (each run's prompt_tokens is the server's
+    count of the whole prompt)."""
+
+    tokens: int
+    filler_chars: int | None = None
+    chars_per_token: float | None = None  # the filler's, by the server's own count, measured before the runs
+    skipped: str | None = None  # why it was not measured (beyond the model's context)
+
+    @property
+    def distinction(self) -> str:
+        return f"depth {self.tokens}"
+
+    def to_toml(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_toml(cls, data: dict[str, Any]) -> DepthPoint:
+        return cls(**known(cls, data))
+
+
+def point_of(record: AliasRecord) -> DepthPoint | None:
+    """The record's depth, where it is a depth record."""
+    return record.part if isinstance(record.part, DepthPoint) else None
 
 
 @dataclass(frozen=True)
@@ -108,7 +136,7 @@ def depth(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord
         cpt = cal.chars_per_token if cal is not None else settings.chars_per_token
         point = DepthPoint(tokens, filler_chars=int(tokens * cpt) if tokens else 0,
                            chars_per_token=cpt if cal is not None and tokens else None)
-        record = derive(base, workload=DEPTH.record_name, cold_load_s=None, depth=point)
+        record = derive(base, workload=DEPTH.record_name, cold_load_s=None, part=point)
         records.append(record)
         needed = tokens + (cal.prompt_tokens if cal else 0) + request.max_tokens
         if n_ctx is not None and needed > n_ctx:
@@ -125,7 +153,7 @@ def depth(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord
             log(f"  depth {tokens}: FAILED: {e}")  # the error is in the record; the next depth is still measured
             continue
         check_cold(record, tokens)
-    if all(r.depth is not None and r.depth.skipped for r in records):
+    if all((at := point_of(r)) is not None and at.skipped for r in records):
         records[0].errors.append(
             f"no depth of [protocol.depth] depths = {list(settings.depths)} fits the model's context of {n_ctx} "
             "tokens; choose depths below it (--depths)")
@@ -148,17 +176,18 @@ def check_cold(record: AliasRecord, tokens: int) -> None:
 # --- the report: one row per configuration and depth, and decode t/s against depth ---
 
 def depth_rows(rows: Sequence[Row]) -> list[Row]:
-    chosen = [r for r in rows if r.record.workload == DEPTH.record_name and r.record.depth is not None]
+    chosen = [r for r in rows if r.record.workload == DEPTH.record_name and point_of(r.record) is not None]
     return sorted(chosen, key=lambda r: (configuration_of(r), _tokens(r)))
 
 
 def _tokens(row: Row) -> int:
-    return row.record.depth.tokens if row.record.depth is not None else 0
+    point = point_of(row.record)
+    return point.tokens if point is not None else 0
 
 
 def configuration_of(row: Row) -> str:
-    """The configuration a depth row belongs to (its name without `` [depth N]``)."""
-    return row.configuration.removesuffix(f" [depth {_tokens(row)}]")
+    """The configuration a depth row belongs to: the row's group (its name without the depth)."""
+    return row.group
 
 
 def _median(row: Row, metric: str) -> float | None:
@@ -184,7 +213,7 @@ def depth_tables(rows: Sequence[Row], _baseline: Row | None = None) -> list[Tabl
               "TTFT ms", "Runs", "Reused tokens", "Notes"]
     lines = []
     for row in chosen:
-        point, record = row.record.depth, row.record
+        point, record = point_of(row.record), row.record
         if point is None:
             continue
         name = configuration_of(row)
@@ -242,6 +271,6 @@ DEPTH: Workload[DepthSettings] = Workload(
     "depth", DepthSettings, depth,
     flags=(Flag("--depths", "depths", "Context depths for the depth workload, in tokens of filler before the prompt",
                 item=int, many=True, example="0,4096,16384"),),
-    tables=depth_tables,
+    tables=depth_tables, part=DepthPoint,
     chart=Chart("depth", "Decode tokens/s against context depth, one line per configuration; median of the runs, "
                 "whiskers: min-max.", draw_depth_chart, lambda rows: bool(depth_rows(rows))))

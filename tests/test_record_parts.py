@@ -1,0 +1,101 @@
+"""A workload's own part of a record: declared by the workload, kept in ``AliasRecord.part``, written under
+``[aliases.<workload>]``, read back by the part type the workload registers; and a workload's table groups
+its rows by the configuration they belong to, never by taking its name apart."""
+
+from __future__ import annotations
+
+import tomllib
+
+from llm_bench.report import load_rows, rows_of
+from llm_bench.results import AliasRecord, ResultSet, RunRecord, load_results
+from llm_bench.workloads import PARTS, REGISTRY
+from llm_bench.workloads.depth import DEPTH, DepthPoint, depth_tables, point_of
+from llm_bench.workloads.session import SESSION, SessionResult, result_of
+
+# A depth record and a session record as files of the current format hold them (written before the
+# part types moved to their workloads): read the same way now.
+CURRENT_FILE = '''\
+[meta]
+format = "llm-bench/1"
+label = "bed"
+
+[[aliases]]
+alias = "smol"
+workload = "depth"
+comparable = true
+warnings = []
+
+[aliases.depth]
+tokens = 4096
+filler_chars = 16000
+chars_per_token = 3.9
+
+[[aliases.runs]]
+decode_tps = 40.0
+prompt_tokens = 4120
+
+[[aliases]]
+alias = "smol"
+workload = "session"
+comparable = true
+
+[aliases.session]
+source = "shipped"
+messages = 27
+tools = 4
+turns = 13
+warm_s = 2.5
+cold = []
+
+[[aliases.session.warm]]
+turn = 1
+added = "system, user"
+ttft_ms = 120.0
+prompt_tokens = 900
+cache_n = 0
+'''
+
+
+def test_the_workloads_that_store_data_register_their_part_types():
+    assert PARTS == {"depth": DepthPoint, "session": SessionResult}
+    assert [w.name for w in REGISTRY if w.part is not None] == ["depth", "session"]
+
+
+def test_a_file_of_the_current_format_reads_into_the_workloads_parts(tmp_path):
+    path = tmp_path / "old.toml"
+    path.write_text(CURRENT_FILE)
+    depth, session = load_results(path, PARTS).aliases
+    assert point_of(depth) == DepthPoint(4096, 16000, 3.9) and result_of(depth) is None
+    assert result_of(session).warm[0].ttft_ms == 120.0 and result_of(session).warm_s == 2.5
+    assert [r.configuration for r in (depth, session)] == ["smol [depth 4096]", "smol [session]"]
+    # written again, each part stays under [aliases.<workload>], figure for figure
+    again = tomllib.loads(path.read_text())
+    rewritten = ResultSet(again["meta"], [depth, session]).to_toml()
+    assert rewritten["aliases"][0]["depth"] == again["aliases"][0]["depth"]
+    assert rewritten["aliases"][1]["session"] == again["aliases"][1]["session"]
+    # without the part types, a record keeps its runs and has no part (nothing is guessed)
+    assert load_results(path, {}).aliases[0].part is None
+
+
+def test_a_depth_row_split_by_backend_keeps_its_configuration():
+    """Behind a proxy a depth record answered by two backends is two rows; each is the alias at its
+    backend in the depth table (a name taken apart with removesuffix would have kept the depth in it)."""
+    runs = [RunRecord(decode_tps=40.0, backend="http://10.0.0.1:8080"), RunRecord(decode_tps=20.0,
+                                                                                 backend="http://10.0.0.2:8080")]
+    record = AliasRecord("smol", workload=DEPTH.record_name, part=DepthPoint(4096), runs=runs)
+    rows = rows_of([ResultSet({"label": "bed"}, [record])])
+    assert [r.configuration for r in rows] == ["smol [depth 4096] @ 10.0.0.1:8080", "smol [depth 4096] @ 10.0.0.2:8080"]
+    (table,) = depth_tables(rows)
+    assert [line[0].text for line in table.rows] == ["smol @ 10.0.0.1:8080", "smol @ 10.0.0.2:8080"]
+
+
+def test_rows_of_several_labels_group_by_the_label_and_alias(tmp_path):
+    first, second = tmp_path / "a.toml", tmp_path / "b.toml"
+    first.write_text(CURRENT_FILE)
+    second.write_text(CURRENT_FILE.replace('label = "bed"', 'label = "box"'))
+    rows = load_rows([first, second])
+    assert {r.configuration: r.group for r in rows} == {
+        "bed / smol [depth 4096]": "bed / smol", "bed / smol [session]": "bed / smol",
+        "box / smol [depth 4096]": "box / smol", "box / smol [session]": "box / smol"}
+    (session_summary, _turns) = SESSION.tables(rows, None)
+    assert [line[0].text for line in session_summary.rows] == ["bed / smol", "box / smol"]
