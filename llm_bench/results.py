@@ -137,6 +137,9 @@ class Part(typing.Protocol):
 
     def to_toml(self) -> dict[str, Any]: ...
 
+    # Its records keep tail percentiles of their runs in the file (ttft_ms_p90, ...: concurrency levels).
+    tails: typing.ClassVar[bool]
+
 
 # workload (a record's ``workload``) -> its part type, a class with ``from_toml(data) -> Part``
 PartTypes = Mapping[str, Any]
@@ -178,8 +181,6 @@ class AliasRecord:
     target: str = ""
     engine: str = "llama-cpp"
     workload: str = STANDARD
-    category: str | None = None
-    concurrency: int | None = None
     decode_source: str = "server timings"
     comparable: bool = True
     not_comparable_reason: str | None = None
@@ -190,7 +191,6 @@ class AliasRecord:
     cold_load_s: float | None = None
     load_transitions: list[str] = field(default_factory=list)
     spec: SpecCounters | None = None
-    total_tps: float | None = None
     prefix_cold_ttft_ms: float | None = None
     prefix_warm_ttft_ms: float | None = None
     prefix_cached_tokens: int | None = None
@@ -227,13 +227,9 @@ class AliasRecord:
     @property
     def configuration(self) -> str:
         """The alias, and what sets this record apart from the alias's standard one: its workload's part
-        (a context depth), its prompt category, its concurrency level, or else any other workload's name."""
+        (a context depth, a prompt category, a concurrency level), or else any other workload's name."""
         if self.part is not None:
             return f"{self.alias} [{self.part.distinction}]"
-        if self.category:
-            return f"{self.alias} [{self.category}]"
-        if self.concurrency is not None:
-            return f"{self.alias} [x{self.concurrency}]"
         if self.workload != STANDARD:
             return f"{self.alias} [{self.workload}]"
         return self.alias
@@ -259,7 +255,7 @@ class AliasRecord:
                 record[f"{metric}_median"] = s.median
                 record[f"{metric}_min"] = s.min
                 record[f"{metric}_max"] = s.max
-        if self.concurrency is not None:
+        if self.part is not None and self.part.tails:
             # a tail percentile only where there are samples enough for it; the _max above stands in otherwise
             for q in (50, 90, 99):
                 for metric in ("ttft_ms", "decode_tps"):
@@ -303,8 +299,12 @@ class AliasRecord:
             fields["workload"] = STANDARD
         workload = str(fields.get("workload", STANDARD))
         part_type = parts.get(workload)
-        if part_type is not None and isinstance(data.get(workload), dict):
-            fields["part"] = part_type.from_toml(data[workload])
+        if part_type is not None:
+            table = data.get(workload)
+            if not isinstance(table, dict):  # an older file kept the part in flat keys: migrated here, once
+                table = part_type.legacy(data) if hasattr(part_type, "legacy") else None
+            if table is not None:
+                fields["part"] = part_type.from_toml(table)
         run_names = RunRecord.__dataclass_fields__
         runs = [RunRecord(**{k: v for k, v in r.items() if k in run_names}) for r in data.get("runs", [])]
         spec = None

@@ -35,6 +35,7 @@ from llm_bench.runner import RunAborted, measure_alias, run_plan
 from llm_bench.support.stats import median_interval, min_samples, percentile, relative_precision, tail_of
 from llm_bench.workloads import PARTS
 from llm_bench.workloads.common import run_record, spec_from_runs
+from llm_bench.workloads.concurrency import ConcurrencyLevel
 from llm_bench.workloads.standard import standard
 from tests.fake_nvml import FakeNvml
 from tests.scripted_server import DONE, Reply, delta, event, scripted_server, stream_reply
@@ -351,7 +352,7 @@ def test_a_tail_percentile_needs_samples_above_it():
 
 
 def test_concurrency_records_write_a_tail_only_with_its_samples():
-    nine = AliasRecord(alias="a", workload="concurrency", concurrency=2,
+    nine = AliasRecord(alias="a", workload="concurrency", part=ConcurrencyLevel(2),
                        runs=[RunRecord(ttft_ms=float(v), decode_tps=1.0) for v in (1, 2, 3, 4, 5, 6, 7, 8, 100)])
     saved = nine.to_toml()
     assert "ttft_ms_p90" not in saved and saved["ttft_ms_max"] == 100.0 and saved["ttft_ms_p50"] == 5.0

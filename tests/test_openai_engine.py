@@ -16,6 +16,8 @@ from llm_bench.results import load_results
 from llm_bench.runner import run_plan
 from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.workloads import PARTS
+from llm_bench.workloads.categories import category_of
+from llm_bench.workloads.concurrency import level_of
 from tests.fake_vllm import FakeVllm, FakeVllmConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -122,13 +124,13 @@ def test_workloads_on_the_real_router(llama_server_bin, bed, router_factory, tmp
     by_workload: dict[str, list] = {}
     for r in records:
         by_workload.setdefault(r.workload, []).append(r)
-    assert [r.category for r in by_workload["category"]] == ["prose", "code", "json"]
+    assert [category_of(r) for r in by_workload["category"]] == ["prose", "code", "json"]
     assert all(len(r.runs) == 2 and not r.errors for r in by_workload["category"])
-    levels = {r.concurrency: r for r in by_workload["concurrency"]}
+    levels = {level_of(r).streams: r for r in by_workload["concurrency"]}
     assert set(levels) == {1, 2}
     # runs = 2 batches of 2 simultaneous streams
     assert len(levels[2].runs) == 2 * 2 and [r.batch for r in levels[2].runs] == [1, 1, 2, 2]
-    assert levels[2].total_tps > 0
+    assert level_of(levels[2]).total_tps > 0
     # cold prompts in every measured workload; the prefix-cache workload caches on purpose
     assert all(run.cache_n == 0 for r in records if r.workload != "prefix-cache" for run in r.runs)
     (prefix,) = by_workload["prefix-cache"]
@@ -180,8 +182,8 @@ def test_concurrency_against_vllm_format(tmp_path):
         plan = Plan(url=vllm.url, engine="openai", output_dir=tmp_path,
                     protocol=Protocol(max_tokens=30, runs=1, workloads=("concurrency",), concurrency=(1, 4)))
         records = load_results(run_plan(plan, lambda m: None).path, PARTS).aliases
-    x4 = next(r for r in records if r.concurrency == 4)
-    assert len(x4.runs) == 4 and x4.total_tps > 0
+    x4 = next(r for r in records if level_of(r).streams == 4)
+    assert len(x4.runs) == 4 and level_of(x4).total_tps > 0
     assert x4.spec is not None and x4.spec.draft_tokens > 0
 
 

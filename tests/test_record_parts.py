@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import tomllib
 
+import tomli_w
+
 from llm_bench.report import load_rows, rows_of
 from llm_bench.results import AliasRecord, ResultSet, RunRecord, load_results
 from llm_bench.workloads import PARTS, REGISTRY
+from llm_bench.workloads.categories import PromptCategory, category_of
+from llm_bench.workloads.concurrency import CONCURRENCY, ConcurrencyLevel, level_of
 from llm_bench.workloads.depth import DEPTH, DepthPoint, depth_tables, point_of
 from llm_bench.workloads.session import SESSION, SessionResult, result_of
 
@@ -57,8 +61,9 @@ cache_n = 0
 
 
 def test_the_workloads_that_store_data_register_their_part_types():
-    assert PARTS == {"depth": DepthPoint, "session": SessionResult}
-    assert [w.name for w in REGISTRY if w.part is not None] == ["depth", "session"]
+    assert PARTS == {"category": PromptCategory, "concurrency": ConcurrencyLevel, "depth": DepthPoint,
+                     "session": SessionResult}
+    assert [w.name for w in REGISTRY if w.part is None] == ["standard", "prefix-cache", "quality"]
 
 
 def test_a_file_of_the_current_format_reads_into_the_workloads_parts(tmp_path):
@@ -99,3 +104,57 @@ def test_rows_of_several_labels_group_by_the_label_and_alias(tmp_path):
         "box / smol [depth 4096]": "box / smol", "box / smol [session]": "box / smol"}
     (session_summary, _turns) = SESSION.tables(rows, None)
     assert [line[0].text for line in session_summary.rows] == ["bed / smol", "box / smol"]
+
+
+# A categories record and a concurrency record as files written before their parts were the workloads'
+# kept them: flat keys of the record (category, concurrency, total_tps).
+FLAT_FILE = '''\
+[meta]
+format = "llm-bench/1"
+label = "bed"
+
+[[aliases]]
+alias = "smol"
+workload = "category"
+category = "code"
+decode_tps_median = 41.0
+
+[[aliases.runs]]
+decode_tps = 41.0
+
+[[aliases]]
+alias = "smol"
+workload = "concurrency"
+concurrency = 4
+total_tps = 96.5
+ttft_ms_p50 = 210.0
+
+[[aliases.runs]]
+decode_tps = 24.0
+ttft_ms = 200.0
+batch = 1
+
+[[aliases.runs]]
+decode_tps = 25.0
+ttft_ms = 220.0
+batch = 1
+'''
+
+
+def test_flat_category_and_concurrency_keys_are_migrated_once_on_read(tmp_path):
+    path = tmp_path / "flat.toml"
+    path.write_text(FLAT_FILE)
+    category, level = load_results(path, PARTS).aliases
+    assert category_of(category) == "code" and category.configuration == "smol [code]"
+    assert level_of(level) == ConcurrencyLevel(4, 96.5) and level.configuration == "smol [x4]"
+    # written again: each under its workload's table, the flat keys gone, the figures the same
+    again = ResultSet({"format": "llm-bench/1", "label": "bed"}, [category, level]).to_toml()["aliases"]
+    assert again[0]["category"] == {"name": "code"}
+    assert again[1]["concurrency"] == {"streams": 4, "total_tps": 96.5} and "total_tps" not in again[1]
+    assert again[1]["ttft_ms_p50"] == 210.0  # the tail of its two runs, as the older file had it
+    path.write_text(tomli_w.dumps({"meta": {"format": "llm-bench/1", "label": "bed"}, "aliases": again}))
+    assert load_results(path, PARTS).aliases == [category, level]
+    # the report shows the migrated records as it showed the flat ones
+    rows = load_rows([path])
+    (table,) = CONCURRENCY.tables(rows, None)
+    assert [[c.text for c in line[:3]] for line in table.rows] == [["smol [x4]", "4", "96.5"]]

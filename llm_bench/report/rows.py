@@ -11,6 +11,7 @@ from llm_bench.report.verdict import Verdict, verdict
 from llm_bench.results import AliasRecord, ResultSet, load_results
 from llm_bench.tables import Row
 from llm_bench.workloads import PARTS, REGISTRY
+from llm_bench.workloads.categories import category_of
 from llm_bench.workloads.standard import STANDARD
 
 # The records the headline table, the chart and the verdicts compare: one stream at a time.
@@ -80,10 +81,10 @@ def context_of(record: AliasRecord) -> str:
 def base_for(row: Row, rows: Sequence[Row], baseline: Row) -> Row:
     """What a row is compared with: the baseline, or for a prompt category the baseline's own record of that
     category when it was measured (code against code: drafting accepts far more on code than on prose)."""
-    category = row.record.category
-    if category and baseline.record.category != category:
+    category = category_of(row.record)
+    if category and category_of(baseline.record) != category:
         for other in rows:
-            if (other.record.category == category and other.record.alias == baseline.record.alias
+            if (category_of(other.record) == category and other.record.alias == baseline.record.alias
                     and other.label == baseline.label):
                 return other
     return baseline

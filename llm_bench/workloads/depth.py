@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from llm_bench.engines import Engine
 from llm_bench.engines.errors import ServerError, ServerUnreachable
@@ -43,6 +43,7 @@ class DepthPoint:
     filler_chars: int | None = None
     chars_per_token: float | None = None  # the filler's, by the server's own count, measured before the runs
     skipped: str | None = None  # why it was not measured (beyond the model's context)
+    tails: ClassVar[bool] = False
 
     @property
     def distinction(self) -> str:

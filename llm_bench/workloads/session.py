@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from llm_bench.engines import Engine
 from llm_bench.engines.errors import ServerError, ServerUnreachable
@@ -63,6 +63,7 @@ class SessionResult:
     warm_s: float | None = None  # wall clock of each whole replay
     cold_s: float | None = None
     stopped: str | None = None  # why the replay ended before the session did (the context)
+    tails: ClassVar[bool] = False
 
     @property
     def distinction(self) -> str:
