@@ -22,7 +22,7 @@ from llm_bench.provenance import provenance, server_build
 from llm_bench.results import FORMAT, AliasRecord, ResultSet, ResultsWriter, results_stem
 from llm_bench.support.progress import progress
 from llm_bench.workloads import of_record, workload
-from llm_bench.workloads.common import RunsInterrupted, WorkloadInterrupted, chat_request, derive
+from llm_bench.workloads.common import WorkloadInterrupted, chat_request, derive
 from llm_bench.workloads.standard import STANDARD
 
 Log = Callable[[str], None]
@@ -88,8 +88,7 @@ def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, lo
     stop: KeyboardInterrupt | None = None
     try:
         _measure(engine, alias, protocol, nvml, log, base, records)
-    except KeyboardInterrupt as e:
-        records.extend(e.records if isinstance(e, RunsInterrupted) else [])
+    except KeyboardInterrupt as e:  # the workload's records are kept, the one it stopped with marked interrupted
         stop = e
     finally:
         if protocol.unload_after:
@@ -132,10 +131,8 @@ def _measure(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Lo
         base.preset_args, base.server_build = engine.describe(alias)
 
         for current in protocol.workloads:
-            records.extend(workload(current).run(engine, alias, protocol, base, log))
-    except WorkloadInterrupted as e:
-        # the runs measured before the failure stay, beside its error
-        records.extend(e.records)
+            workload(current).run(engine, alias, protocol, base, log, records.append)
+    except WorkloadInterrupted as e:  # the runs measured before the failure are kept, beside its error
         log(f"  FAILED: {e}")
         if isinstance(e.cause, ServerUnreachable):
             raise AliasUnreachable(e.cause, list(records)) from e.cause

@@ -47,6 +47,13 @@ ROUTER_API = {"/models": {"data": [{"id": "m", "status": {"value": "unloaded"}}]
               "/v1/models": {"data": [{"id": "m"}]}}
 
 
+def kept_by(workload, *args) -> list[AliasRecord]:
+    """The records a workload function keeps, in order."""
+    kept: list[AliasRecord] = []
+    workload(*args, kept.append)
+    return kept
+
+
 def timings(**values) -> dict:
     return {"prompt_n": 10, "prompt_ms": 20.0, "prompt_per_second": 500.0, "predicted_n": 4,
             "predicted_ms": 40.5, "predicted_per_second": 123.4, "cache_n": 0, **values}
@@ -164,7 +171,7 @@ def measured(tmp_path_factory):
     with scripted_server(asymmetric_replies()) as server:
         engine = LlamaCppEngine(server.url, timeout=10)
         try:
-            (record,) = standard(engine, "m", Protocol(runs=3, max_tokens=4), AliasRecord(alias="m"),
+            (record,) = kept_by(standard, engine, "m", Protocol(runs=3, max_tokens=4), AliasRecord(alias="m"),
                                  lambda message: None)
         finally:
             engine.close()
@@ -210,7 +217,7 @@ def test_a_run_that_timed_a_cache_hit_says_so():
     with scripted_server([hit]) as server:
         engine = LlamaCppEngine(server.url, timeout=10)
         try:
-            (record,) = standard(engine, "m", Protocol(runs=1, max_tokens=2), AliasRecord(alias="m"),
+            (record,) = kept_by(standard, engine, "m", Protocol(runs=1, max_tokens=2), AliasRecord(alias="m"),
                                  lambda message: None)
         finally:
             engine.close()
@@ -242,7 +249,7 @@ def test_a_run_that_stops_before_max_tokens_is_not_comparable():
     with scripted_server([early]) as server:
         engine = LlamaCppEngine(server.url, timeout=10)
         try:
-            (record,) = standard(engine, "m", Protocol(runs=1, max_tokens=4), AliasRecord(alias="m"),
+            (record,) = kept_by(standard, engine, "m", Protocol(runs=1, max_tokens=4), AliasRecord(alias="m"),
                                  lambda message: None)
         finally:
             engine.close()
@@ -262,7 +269,7 @@ def adaptive(rates: list[float]) -> tuple[AliasRecord, int]:
     with scripted_server([zero_delay(r) for r in rates]) as server:
         engine = LlamaCppEngine(server.url, timeout=10)
         try:
-            (record,) = standard(engine, "m", protocol, AliasRecord(alias="m"), lambda message: None)
+            (record,) = kept_by(standard, engine, "m", protocol, AliasRecord(alias="m"), lambda message: None)
         finally:
             engine.close()
     return record, len(server.chats)

@@ -227,7 +227,7 @@ def test_a_cached_prompt_is_recorded_with_the_servers_count(smol_router: RouterP
     plan = Plan(url=tap.url, aliases=(PLAIN,), output_dir=tmp_path,
                 protocol=Protocol(max_tokens=8, runs=2, prompt_cache=True))
     try:
-        (record,) = load_results(run_plan(plan, lambda message: None, nvml=Nvml(FakeNvml())).path).aliases
+        (record,) = load_results(run_plan(plan, lambda message: None, nvml=Nvml(FakeNvml())).path, PARTS).aliases
         chats = tap.chats()
     finally:
         tap.close()

@@ -102,7 +102,9 @@ def test_a_failed_request_is_recorded_and_totals_count_only_measured_streams(rou
         protocol = Protocol(max_tokens=16, runs=2, concurrency=(4,)).with_prompt()
         engine.stream(ChatRequest("tiny", "Hi", 4, 1.0, 42))
         base = AliasRecord(alias="tiny")
-        (record,) = concurrency(OneBrokenStream(engine), "tiny", protocol, base, lambda m: None)
+        kept: list[AliasRecord] = []
+        concurrency(OneBrokenStream(engine), "tiny", protocol, base, lambda m: None, kept.append)
+        (record,) = kept
     finally:
         engine.close()
     assert len(record.runs) == 7  # 2 batches of 4, one request failed

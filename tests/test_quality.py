@@ -162,7 +162,9 @@ def test_the_openai_engine_gets_token_ids_from_vllms_format_and_a_unique_salt():
         assert c.text == "The secret code is 2533." and c.token_ids is not None and len(c.token_ids) == 5
         assert engine.context_length(fake.config.model) == 32768
         base = AliasRecord(alias=fake.config.model, engine="openai", decode_source="stream")
-        (record,) = quality(engine, fake.config.model, protocol, base, lambda _m: None)
+        kept: list[AliasRecord] = []
+        quality(engine, fake.config.model, protocol, base, lambda _m: None, kept.append)
+        (record,) = kept
         engine.close()
         salts = {salt for salt, _prompt in fake.state.seen_prompts}
     assert record.quality_comparison == "tokens"

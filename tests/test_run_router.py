@@ -142,7 +142,7 @@ def test_vram_in_use_marks_not_comparable_and_strict_refuses(router, tmp_path):
     busy = FakeNvml(gpus=[FakeGpu(used_mib=3000)])
     plan = Plan(url=router.url, aliases=("tiny-plain",), output_dir=tmp_path / "loose",
                 protocol=Protocol(max_tokens=16, runs=1))
-    record = load_results(run_plan(plan, lambda m: None, nvml=Nvml(busy)).path).aliases[0]
+    record = load_results(run_plan(plan, lambda m: None, nvml=Nvml(busy)).path, PARTS).aliases[0]
     assert record.comparable is False
     assert "GPU0 (3000 MiB)" in record.not_comparable_reason
     assert record.vram_used_mib_before == [3000.0]
@@ -150,7 +150,7 @@ def test_vram_in_use_marks_not_comparable_and_strict_refuses(router, tmp_path):
 
     strict = Plan(url=router.url, aliases=("tiny-plain",), output_dir=tmp_path / "strict",
                   protocol=Protocol(max_tokens=16, runs=1, strict=True))
-    record = load_results(run_plan(strict, lambda m: None, nvml=Nvml(busy)).path).aliases[0]
+    record = load_results(run_plan(strict, lambda m: None, nvml=Nvml(busy)).path, PARTS).aliases[0]
     assert record.runs == []
     assert "not measured (--strict)" in record.errors[0]
 
@@ -212,7 +212,7 @@ def test_results_record_the_nixos_package_and_the_forks_revision(router, tmp_pat
     def meta_of(url: str) -> dict:
         plan = Plan(url=url, aliases=("tiny-plain",), output_dir=tmp_path / "results",
                     protocol=Protocol(runs=1, max_tokens=8), checks=Checks(marker=marker))
-        return load_results(run_plan(plan, lambda m: None, nvml=Nvml(FakeNvml(gpus=[]))).path).meta
+        return load_results(run_plan(plan, lambda m: None, nvml=Nvml(FakeNvml(gpus=[]))).path, PARTS).meta
 
     meta = meta_of(router.url)
     assert meta["llama_cpp_package"] == {

@@ -104,7 +104,7 @@ def test_power_integration_when_the_counter_is_not_supported(router, tmp_path):
 
 
 def test_no_nvml_means_no_telemetry_not_zero(router, tmp_path):
-    record = load_results(measure(router, tmp_path, FakeNvml(init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED))).aliases[0]
+    record = load_results(measure(router, tmp_path, FakeNvml(init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)), PARTS).aliases[0]
     assert record.telemetry is None and record.roofline_tps is None and record.runs
 
 

@@ -52,8 +52,11 @@ class RunParameters(typing.Protocol):
         ...
 
 
-# (engine, alias, protocol, the alias's base record, log) -> finished records sharing the base's provenance
-Run = Callable[[Engine, str, RunParameters, AliasRecord, Log], list[AliasRecord]]
+# Where a workload puts each record, sharing the base's provenance, as it finishes or is cut short (the
+# runner's list for the alias): what was measured never travels up inside an exception.
+Keep = Callable[[AliasRecord], None]
+# (engine, alias, protocol, the alias's base record, log, keep): its records go to keep, in order
+Run = Callable[[Engine, str, RunParameters, AliasRecord, Log, Keep], None]
 # (every row, the baseline row or None) -> what the report shows
 Tables = Callable[[Sequence[Row], Row | None], list[Table]]
 Marks = Callable[[Sequence[Row], Row | None], dict[str, str]]

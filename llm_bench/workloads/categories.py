@@ -9,8 +9,8 @@ from llm_bench.engines import Engine
 from llm_bench.prompts import shipped_prompt
 from llm_bench.results import AliasRecord, known
 from llm_bench.validation import check_fields
-from llm_bench.workloads.base import Flag, Log, RunParameters, Workload
-from llm_bench.workloads.common import WorkloadInterrupted, chat_request, derive, measured_runs
+from llm_bench.workloads.base import Flag, Keep, Log, RunParameters, Workload
+from llm_bench.workloads.common import chat_request, derive, measured_runs
 
 PROMPT_CATEGORIES = ("prose", "code", "json")
 
@@ -52,21 +52,17 @@ class CategoriesSettings:
         check_fields(self)
 
 
-def categories(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log) -> list[AliasRecord]:
-    records: list[AliasRecord] = []
+def categories(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log,
+               keep: Keep) -> None:
     for category in CATEGORIES.settings_in(protocol).names:
         if category not in PROMPT_CATEGORIES:
             raise ValueError(f"unknown prompt category {category!r}; choose from {', '.join(PROMPT_CATEGORIES)}")
         log(f"  category {category}:")
         record = derive(base, workload=CATEGORIES.record_name, part=PromptCategory(category), cold_load_s=None)
         request = chat_request(alias, protocol, shipped_prompt(category))
-        try:
-            measured_runs(engine, request, protocol.runs, record, log, label=f"{category} run",
-                          precision=protocol.precision, max_runs=protocol.max_runs)
-        except WorkloadInterrupted as e:
-            raise WorkloadInterrupted(e.cause, records + e.records) from e.cause
-        records.append(record)
-    return records
+        measured_runs(engine, request, protocol.runs, record, log, keep, label=f"{category} run",
+                      precision=protocol.precision, max_runs=protocol.max_runs)
+        keep(record)
 
 
 CATEGORIES: Workload[CategoriesSettings] = Workload(

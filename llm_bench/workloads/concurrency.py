@@ -17,7 +17,7 @@ from llm_bench.support.fanout import fan_out
 from llm_bench.support.numbers import fmt as figure
 from llm_bench.tables import Cell, Row, Table, acceptance_cell, notes_of
 from llm_bench.validation import check_fields
-from llm_bench.workloads.base import Flag, Log, RunParameters, Workload
+from llm_bench.workloads.base import Flag, Keep, Log, RunParameters, Workload
 from llm_bench.workloads.common import (
     chat_request,
     check_length,
@@ -78,8 +78,7 @@ def simultaneous(engine: Engine, request: ChatRequest, n: int) -> tuple[list[Str
     return [o.value for o in outcomes if o.ok and o.value is not None], errors, wall
 
 
-def concurrency(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log) -> list[AliasRecord]:
-    records = []
+def concurrency(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log, keep: Keep) -> None:
     request = chat_request(alias, protocol, protocol.prompt)
     for n in CONCURRENCY.settings_in(protocol).levels:
         level = ConcurrencyLevel(n)
@@ -116,8 +115,7 @@ def concurrency(engine: Engine, alias: str, protocol: RunParameters, base: Alias
             + (f", {len(record.errors)} failed" if record.errors else ""))
         check_acceptance_trap(record, log)
         check_thinking(record, protocol.thinking, record.runs, log)
-        records.append(record)
-    return records
+        keep(record)
 
 
 def _tail_cell(record: AliasRecord, metric: str, q: int) -> Cell:

@@ -25,7 +25,7 @@ from llm_bench.support.plotting import ChartError
 from llm_bench.support.plotting import figure as chart_figure
 from llm_bench.tables import Cell, Row, Table, notes_of
 from llm_bench.validation import FieldError, check_fields
-from llm_bench.workloads.base import Chart, Flag, Log, RunParameters, Workload
+from llm_bench.workloads.base import Chart, Flag, Keep, Log, RunParameters, Workload
 from llm_bench.workloads.common import WorkloadInterrupted, chat_request, derive, measured_runs, reused_prompt
 
 FILLER_HEADING = "Background notes (context for later; the task follows after them):\n\n"
@@ -119,16 +119,17 @@ def calibrate(engine: Engine, request: ChatRequest, settings: DepthSettings) -> 
     return Calibration(base, measured)
 
 
-def depth(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log) -> list[AliasRecord]:
+def depth(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log, keep: Keep) -> None:
     settings = DEPTH.settings_in(protocol)
     request = chat_request(alias, protocol, protocol.prompt, prompt_cache=False)  # each depth a cold prompt
-    records: list[AliasRecord] = []
+    records: list[AliasRecord] = []  # this alias's depths, for the check that any fits
     try:
         cal = calibrate(engine, request, settings) if any(settings.depths) else None
     except ServerError as e:
         failed = derive(base, workload=DEPTH.record_name, cold_load_s=None)
         failed.errors.append(f"depth: counting the filler's tokens failed: {e}")
-        raise WorkloadInterrupted(e, [failed]) from e
+        keep(failed)
+        raise WorkloadInterrupted(e) from e
     n_ctx = engine.context_length(alias)
     if cal is not None:
         log(f"  depth: the filler takes {cal.chars_per_token:.2f} characters per token, the prompt "
@@ -144,22 +145,23 @@ def depth(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord
             point.skipped = (f"{tokens} tokens of filler, the prompt and {request.max_tokens} tokens to generate "
                              f"need {needed} tokens; the model's context is {n_ctx} (n_ctx reported by the server)")
             log(f"  depth {tokens}: skipped ({point.skipped})")
+            keep(record)
             continue
         at_depth = replace(request, prompt=filler(point.filler_chars or 0) + request.prompt)
         try:
-            measured_runs(engine, at_depth, protocol.runs, record, log, label=f"Depth {tokens} run")
-        except WorkloadInterrupted as e:
+            measured_runs(engine, at_depth, protocol.runs, record, log, keep, label=f"Depth {tokens} run")
+        except WorkloadInterrupted as e:  # the record is kept, with its error
             if isinstance(e.cause, ServerUnreachable):
-                raise WorkloadInterrupted(e.cause, records) from e.cause
-            log(f"  depth {tokens}: FAILED: {e}")  # the error is in the record; the next depth is still measured
+                raise
+            log(f"  depth {tokens}: FAILED: {e}")  # the next depth is still measured
             continue
         check_cold(record, tokens)
+        keep(record)
     if all((at := point_of(r)) is not None and at.skipped for r in records):
         records[0].errors.append(
             f"no depth of [protocol.depth] depths = {list(settings.depths)} fits the model's context of {n_ctx} "
             "tokens; choose depths below it (--depths)")
         log(f"  FAILED: {records[0].errors[-1]}")
-    return records
 
 
 def check_cold(record: AliasRecord, tokens: int) -> None:

@@ -10,7 +10,7 @@ from llm_bench.results import AliasRecord, run_record
 from llm_bench.support.numbers import fmt as figure
 from llm_bench.tables import Cell, Row, Table, notes_of
 from llm_bench.validation import check_fields
-from llm_bench.workloads.base import Flag, Log, RunParameters, Workload
+from llm_bench.workloads.base import Flag, Keep, Log, RunParameters, Workload
 from llm_bench.workloads.common import chat_request, derive, fmt, long_prompt
 
 
@@ -24,7 +24,7 @@ class PrefixCacheSettings:
         check_fields(self)
 
 
-def prefix_cache(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log) -> list[AliasRecord]:
+def prefix_cache(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log, keep: Keep) -> None:
     settings = PREFIX_CACHE.settings_in(protocol)
     record = derive(base, workload=PREFIX_CACHE.record_name, cold_load_s=None)
     request = chat_request(alias, protocol, long_prompt(settings.prompt_tokens, settings.chars_per_token),
@@ -50,7 +50,7 @@ def prefix_cache(engine: Engine, alias: str, protocol: RunParameters, base: Alia
         )
     log(f"  prefix cache: {cold.prompt_tokens} prompt tokens, TTFT cold {fmt(cold.ttft_ms)} ms, "
         f"repeated {fmt(warm.ttft_ms)} ms; " + (record.prefix_evidence or "hit not confirmed"))
-    return [record]
+    keep(record)
 
 
 def prefix_cache_tables(rows: Sequence[Row], _baseline: Row | None = None) -> list[Table]:

@@ -30,7 +30,7 @@ from llm_bench.results import AliasRecord, RunRecord, known, run_record
 from llm_bench.support.numbers import fmt as figure
 from llm_bench.tables import Cell, Row, Table, notes_of
 from llm_bench.validation import PlanError, check_fields
-from llm_bench.workloads.base import Flag, Log, RunParameters, Workload
+from llm_bench.workloads.base import Flag, Keep, Log, RunParameters, Workload
 from llm_bench.workloads.common import WorkloadInterrupted, check_thinking, derive, fmt
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -293,7 +293,7 @@ def replay(engine: Engine, request: ChatRequest, session: Session, turns: list[T
             measurement = engine.stream(replace(request, messages=context))
         except ServerUnreachable as e:
             record.errors.append(f"{mode} replay, turn {number}: {e}")
-            raise WorkloadInterrupted(e, [record]) from e
+            raise WorkloadInterrupted(e) from e
         except ServerError as e:
             record.errors.append(f"{mode} replay, turn {number} of {len(turns)}: {e}")
             log(f"  session {mode} turn {number}: FAILED: {e}")
@@ -311,7 +311,7 @@ def describe_turn(turn: SessionTurn) -> str:
     return text + (f"  !! {turn.reuse_flag}" if turn.reuse_flag else "")
 
 
-def session(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log) -> list[AliasRecord]:
+def session(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log, keep: Keep) -> None:
     settings = SESSION.settings_in(protocol)
     recorded = load_session(settings)
     turns = recorded.turns()
@@ -324,17 +324,21 @@ def session(engine: Engine, alias: str, protocol: RunParameters, base: AliasReco
                           thinking=protocol.thinking, tools=recorded.tools or None)
     log(f"  session: {recorded.source}, {len(recorded.messages)} messages, {len(recorded.tools)} tools, "
         f"{len(turns)} turns" + (f", context up to {limit} tokens" if limit else ""))
-    result.warm_s, result.stopped = replay(engine, replace(request, prompt_cache=True), recorded, turns, limit, record,
-                                           "warm", log, result.warm)
-    # the cold replay sends the same turns, so the two are compared turn by turn
-    result.cold_s, _ = replay(engine, replace(request, prompt_cache=False), recorded, turns[:len(result.warm)], None,
-                              record, "cold", log, result.cold)
+    try:
+        result.warm_s, result.stopped = replay(engine, replace(request, prompt_cache=True), recorded, turns, limit,
+                                               record, "warm", log, result.warm)
+        # the cold replay sends the same turns, so the two are compared turn by turn
+        result.cold_s, _ = replay(engine, replace(request, prompt_cache=False), recorded, turns[:len(result.warm)],
+                                  None, record, "cold", log, result.cold)
+    except WorkloadInterrupted:  # the server went away: the turns replayed so far are kept, with the error
+        keep(record)
+        raise
     if result.stopped:
         log(f"  session: stopped before the end: {result.stopped}")
     check_replays(record, result)
     check_thinking(record, protocol.thinking, [*result.warm, *result.cold], log)
     log("  " + describe_session(result))
-    return [record]
+    keep(record)
 
 
 def check_replays(record: AliasRecord, result: SessionResult) -> None:
