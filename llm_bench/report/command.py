@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from llm_bench.report.chart import draw_chart
 from llm_bench.report.export import to_csv, to_json
@@ -19,6 +20,7 @@ from llm_bench.report.rows import find_baseline, rows_of, speed_rows
 from llm_bench.report.sources import RUN, Loaded, Shown, Source, source_of
 from llm_bench.report.table import markdown_table
 from llm_bench.results import read_toml
+from llm_bench.tables import Row
 from llm_bench.workloads import REGISTRY
 
 Say = Callable[[str], None]
@@ -85,7 +87,8 @@ def make_report(paths: Sequence[Path], sources: Sequence[Source], options: Repor
         log(f"HTML report written to {options.html}")
 
 
-def _charts(options: ReportOptions, given: list[tuple[Source, list]], rows, base, with_rows: bool, log: Say) -> None:
+def _charts(options: ReportOptions, given: list[tuple[Source, list[Any]]], rows: Sequence[Row], base: Row | None,
+            with_rows: bool, log: Say) -> None:
     """The run's bar chart (and each workload's own) at the chart path; each other source's charts there
     too when its files are all that was given, else beside it with the source's name (``X-capacity.png``)."""
     path = options.chart

@@ -95,9 +95,6 @@ class Loaded:
 
     by_source: dict[str, tuple[Source, list[Any]]] = field(default_factory=dict)
 
-    def of(self, source: Source) -> list[Any]:
-        return self.by_source.get(source.name, (source, []))[1]
-
     def add(self, source: Source, item: Any) -> None:
         self.by_source.setdefault(source.name, (source, []))[1].append(item)
 
