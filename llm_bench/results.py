@@ -1,7 +1,8 @@
 """Results records and the TOML results file.
 
 A results file is created when a run starts (never replacing an earlier one) and rewritten
-atomically after every alias, so an interrupted run keeps everything measured before it.
+atomically as each record finishes (and after every alias), so an interrupted run keeps everything
+measured before it.
 TOML has no null: a figure that does not exist is left out, never written as 0.
 """
 
@@ -397,7 +398,7 @@ def write_toml(path: Path, data: dict[str, Any]) -> None:
 
 
 class ResultsWriter:
-    """Owns one results file: reserved at start, rewritten after each alias."""
+    """Owns one results file: reserved at start, rewritten as each record is added and after each alias."""
 
     def __init__(self, output_dir: Path, result_set: ResultSet, stem: str):
         self.result_set = result_set

@@ -34,6 +34,7 @@ from llm_bench.results import (
 from llm_bench.runner import RunAborted, measure_alias, run_plan
 from llm_bench.support.stats import median_interval, min_samples, percentile, relative_precision, tail_of
 from llm_bench.workloads import PARTS
+from llm_bench.workloads.categories import CATEGORIES
 from llm_bench.workloads.common import run_record, spec_from_runs
 from llm_bench.workloads.concurrency import ConcurrencyLevel
 from llm_bench.workloads.standard import standard
@@ -136,8 +137,8 @@ def test_cold_load_is_send_to_the_warm_ups_first_token_in_seconds(tmp_path):
     with scripted_server([warm_up, run], gets=ROUTER_API) as server:
         engine = LlamaCppEngine(server.url, timeout=10)
         try:
-            (record,) = measure_alias(engine, "m", Protocol(runs=1, max_tokens=8, unload_after=False),
-                                      Nvml(FakeNvml()), lambda message: None)
+            (record,) = kept_by(measure_alias, engine, "m", Protocol(runs=1, max_tokens=8, unload_after=False),
+                                Nvml(FakeNvml()), lambda message: None)
         finally:
             engine.close()
     exchange = server.chats[0]
@@ -327,6 +328,23 @@ def test_a_server_that_goes_away_keeps_the_finished_runs_in_the_file(tmp_path):
     assert saved.meta["complete"] is False
     assert [len(a.runs) for a in saved.aliases if a.alias == "m" and a.runs] == [2]
 
+
+
+def test_each_record_is_in_the_file_as_soon_as_it_finishes(tmp_path):
+    """The standard record is on disk before the next workload sends anything: a crash of llm-bench
+    itself (not a server error it records) would still leave it."""
+    seen: list[list[int]] = []
+    with scripted_server([zero_delay(1.0)] * 8, gets=ROUTER_API) as server:
+        def log(message: str) -> None:
+            if message.startswith("  category prose"):
+                (path,) = tmp_path.glob("*.toml")
+                seen.append([len(a.runs) for a in load_results(path, PARTS).aliases])
+
+        protocol = Protocol(runs=2, max_tokens=4, workloads=("standard", "categories")).with_settings(
+            CATEGORIES, {"names": ("prose",)})
+        run_plan(Plan(url=server.url, engine="openai", aliases=("m",), output_dir=tmp_path, protocol=protocol),
+                 log, nvml=Nvml(FakeNvml()))
+    assert seen == [[2]]
 
 # --- Statistics, worked out by hand -----------------------------------------------------------------------
 

@@ -277,7 +277,8 @@ class Tuner:
         self.served.new_log()  # only this load's lines count for its errors
         try:
             with sampling(self.gpus):
-                records = measure_alias(self.engine, entry.name, protocol, self.gpus, self.log, target=target)
+                records: list[AliasRecord] = []  # written by the caller once the candidate is whole
+                measure_alias(self.engine, entry.name, protocol, self.gpus, self.log, records.append, target=target)
         except AliasUnreachable as e:
             # what this candidate measured before is not written: a resumed tune measures it again whole
             raise RunAborted(f"the router serving the candidates went away while {entry.name} was measured: {e}; "
