@@ -192,10 +192,6 @@ class AliasRecord:
     cold_load_s: float | None = None
     load_transitions: list[str] = field(default_factory=list)
     spec: SpecCounters | None = None
-    prefix_cold_ttft_ms: float | None = None
-    prefix_warm_ttft_ms: float | None = None
-    prefix_cached_tokens: int | None = None
-    prefix_evidence: str | None = None
     runs: list[RunRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)

@@ -18,6 +18,7 @@ from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.workloads import PARTS
 from llm_bench.workloads.categories import category_of
 from llm_bench.workloads.concurrency import level_of
+from llm_bench.workloads.prefix_cache import hit_of
 from tests.fake_vllm import FakeVllm, FakeVllmConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -135,8 +136,8 @@ def test_workloads_on_the_real_router(llama_server_bin, bed, router_factory, tmp
     assert all(run.cache_n == 0 for r in records if r.workload != "prefix-cache" for run in r.runs)
     (prefix,) = by_workload["prefix-cache"]
     assert prefix.runs[0].prompt_tokens > 1000
-    assert prefix.prefix_cached_tokens and prefix.prefix_cached_tokens > 1000  # confirmed by timings.cache_n
-    assert "from cache" in prefix.prefix_evidence
+    assert hit_of(prefix).cached_tokens and hit_of(prefix).cached_tokens > 1000  # confirmed by timings.cache_n
+    assert "from cache" in hit_of(prefix).evidence
     assert all(r.unloaded_after for r in records)
 
     report = invoke("report", *map(str, tmp_path.glob("*.toml")))
@@ -163,9 +164,9 @@ def test_vllm_stream_and_metrics(tmp_path):
     assert proto["mean_acceptance_length"] == pytest.approx(3.0)
     assert proto["acceptance_per_position"] == [1.0, 1.0, 0.0, 0.0]
     assert proto["ttft_ms_median"] > 0
-    prefix = records["prefix-cache"]
-    assert "vllm:prefix_cache_hits_total grew" in prefix["prefix_evidence"]
-    assert prefix["prefix_warm_ttft_ms"] < prefix["prefix_cold_ttft_ms"]
+    prefix = records["prefix-cache"]["prefix-cache"]  # the workload's part, under [aliases.prefix-cache]
+    assert "vllm:prefix_cache_hits_total grew" in prefix["evidence"]
+    assert prefix["warm_ttft_ms"] < prefix["cold_ttft_ms"]
 
 
 def test_stream_cut_in_the_middle_is_recorded(tmp_path):

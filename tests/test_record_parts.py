@@ -14,6 +14,7 @@ from llm_bench.workloads import PARTS, REGISTRY
 from llm_bench.workloads.categories import PromptCategory, category_of
 from llm_bench.workloads.concurrency import CONCURRENCY, ConcurrencyLevel, level_of
 from llm_bench.workloads.depth import DEPTH, DepthPoint, depth_tables, point_of
+from llm_bench.workloads.prefix_cache import PrefixCacheHit, hit_of
 from llm_bench.workloads.session import SESSION, SessionResult, result_of
 
 # A depth record and a session record as files of the current format hold them (written before the
@@ -61,9 +62,9 @@ cache_n = 0
 
 
 def test_the_workloads_that_store_data_register_their_part_types():
-    assert PARTS == {"category": PromptCategory, "concurrency": ConcurrencyLevel, "depth": DepthPoint,
-                     "session": SessionResult}
-    assert [w.name for w in REGISTRY if w.part is None] == ["standard", "prefix-cache", "quality"]
+    assert PARTS == {"category": PromptCategory, "concurrency": ConcurrencyLevel, "prefix-cache": PrefixCacheHit,
+                     "depth": DepthPoint, "session": SessionResult}
+    assert [w.name for w in REGISTRY if w.part is None] == ["standard", "quality"]
 
 
 def test_a_file_of_the_current_format_reads_into_the_workloads_parts(tmp_path):
@@ -106,8 +107,8 @@ def test_rows_of_several_labels_group_by_the_label_and_alias(tmp_path):
     assert [line[0].text for line in session_summary.rows] == ["bed / smol", "box / smol"]
 
 
-# A categories record and a concurrency record as files written before their parts were the workloads'
-# kept them: flat keys of the record (category, concurrency, total_tps).
+# A categories, a concurrency and a prefix-cache record as files written before their parts were the workloads'
+# kept them: flat keys of the record (category, concurrency, total_tps, prefix_*).
 FLAT_FILE = '''\
 [meta]
 format = "llm-bench/1"
@@ -138,22 +139,33 @@ batch = 1
 decode_tps = 25.0
 ttft_ms = 220.0
 batch = 1
+
+[[aliases]]
+alias = "smol"
+workload = "prefix-cache"
+prefix_cold_ttft_ms = 900.0
+prefix_warm_ttft_ms = 60.0
+prefix_cached_tokens = 10990
+prefix_evidence = "server reported 10990 of 11001 prompt tokens from cache"
 '''
 
 
 def test_flat_category_and_concurrency_keys_are_migrated_once_on_read(tmp_path):
     path = tmp_path / "flat.toml"
     path.write_text(FLAT_FILE)
-    category, level = load_results(path, PARTS).aliases
+    category, level, prefix = load_results(path, PARTS).aliases
     assert category_of(category) == "code" and category.configuration == "smol [code]"
     assert level_of(level) == ConcurrencyLevel(4, 96.5) and level.configuration == "smol [x4]"
+    assert hit_of(prefix) == PrefixCacheHit(900.0, 60.0, 10990, "server reported 10990 of 11001 prompt tokens "
+                                            "from cache") and prefix.configuration == "smol [prefix-cache]"
     # written again: each under its workload's table, the flat keys gone, the figures the same
-    again = ResultSet({"format": "llm-bench/1", "label": "bed"}, [category, level]).to_toml()["aliases"]
+    again = ResultSet({"format": "llm-bench/1", "label": "bed"}, [category, level, prefix]).to_toml()["aliases"]
+    assert again[2]["prefix-cache"]["warm_ttft_ms"] == 60.0 and "prefix_warm_ttft_ms" not in again[2]
     assert again[0]["category"] == {"name": "code"}
     assert again[1]["concurrency"] == {"streams": 4, "total_tps": 96.5} and "total_tps" not in again[1]
     assert again[1]["ttft_ms_p50"] == 210.0  # the tail of its two runs, as the older file had it
     path.write_text(tomli_w.dumps({"meta": {"format": "llm-bench/1", "label": "bed"}, "aliases": again}))
-    assert load_results(path, PARTS).aliases == [category, level]
+    assert load_results(path, PARTS).aliases == [category, level, prefix]
     # the report shows the migrated records as it showed the flat ones
     rows = load_rows([path])
     (table,) = CONCURRENCY.tables(rows, None)
