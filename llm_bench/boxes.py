@@ -14,6 +14,7 @@ from llm_bench.plan import Plan, PlanError
 from llm_bench.results import load_results
 from llm_bench.runner import RunAborted, run_plan
 from llm_bench.sweep import merge_sets
+from llm_bench.workloads import PARTS
 
 Log = Callable[[str], None]
 
@@ -50,7 +51,7 @@ def run_boxes(plan: Plan, urls: Sequence[str], log: Log) -> BoxesOutcome:
         except ServerError as e:
             outcome.failures[name] = str(e)
             log(f"box {name} FAILED: {e}")
-    sets = [load_results(path) for path in outcome.measured]
+    sets = [load_results(path, PARTS) for path in outcome.measured]
     if sets:
         outcome.merged = merge_sets(plan.output_dir, sets, "boxes", names, plan.protocol.to_toml(), log)
     return outcome

@@ -1,29 +1,30 @@
 """Results records and the TOML results file.
 
 A results file is created when a run starts (never replacing an earlier one) and rewritten
-atomically after every alias, so an interrupted run keeps everything measured before it.
+atomically as each record finishes (and after every alias), so an interrupted run keeps everything
+measured before it.
 TOML has no null: a figure that does not exist is left out, never written as 0.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import statistics
 import tomllib
-from collections.abc import Sequence
+import typing
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import numpy
 import tomli_w
 
 from llm_bench.engines.base import Engine
 from llm_bench.engines.metrics import SpecCounters
 from llm_bench.engines.stream import StreamMeasurement
+from llm_bench.support.stats import Tail, percentile, tail_of
 
 FORMAT = "llm-bench/1"
 # The workload of the reference protocol's records; files written before it was named so call it "protocol".
@@ -123,59 +124,30 @@ QUALITY_LISTS = {"quality_outputs": QualityOutput, "recall": RecallProbe, "quest
                  "forced": ForcedText, "exact_answers": ExactAnswer}
 
 
-@dataclass
-class DepthPoint:
-    """The depth workload: one context depth, in tokens of filler before the question; the runs at it
-    are the record's runs (each run's prompt_tokens is the server's count of the whole prompt)."""
+class Part(typing.Protocol):
+    """A workload's own part of its records (``workloads.base.Workload.part``): what only that workload
+    measures, kept in ``AliasRecord.part`` and written under ``[aliases.<workload>]``. Its type, a dataclass,
+    reads it back with ``from_toml(data)``; ``load_results`` is given the part types by workload
+    (``workloads.PARTS``), so this layer names no workload."""
 
-    tokens: int
-    filler_chars: int | None = None
-    chars_per_token: float | None = None  # the filler's, by the server's own count, measured before the runs
-    skipped: str | None = None  # why it was not measured (beyond the model's context)
+    @property
+    def distinction(self) -> str:
+        """What sets its record apart from the alias's standard one (``depth 4096``): the configuration's
+        name is ``alias [distinction]``."""
+        ...
 
-    @classmethod
-    def from_toml(cls, data: dict[str, Any]) -> DepthPoint:
-        return cls(**_known(cls, data))
+    def to_toml(self) -> dict[str, Any]: ...
 
-
-@dataclass
-class SessionTurn(RunRecord):
-    """One request of a replayed session: a run (prompt_tokens = the context, cache_n = what the server
-    reused of it) and what the turn added."""
-
-    turn: int = 0  # 1-based
-    added: str = ""  # the roles of the messages this turn added, e.g. "tool" or "user"
-    processed_tokens: int | None = None  # prompt tokens the server computed (timings.prompt_n, else context - cached)
-    reuse_flag: str | None = None  # the cache reused far less than the previous turn's context
+    # Its records keep tail percentiles of their runs in the file (ttft_ms_p90, ...: concurrency levels).
+    tails: typing.ClassVar[bool]
 
 
-@dataclass
-class SessionResult:
-    """The session workload: the same session replayed with the prompt cache on (warm) and off (cold)."""
-
-    source: str  # "shipped" or the session file's path
-    messages: int  # in the session
-    tools: int  # tool definitions sent with every turn
-    turns: int  # turns the session has (a turn: one request, up to the next recorded assistant message)
-    warm: list[SessionTurn] = field(default_factory=list)
-    cold: list[SessionTurn] = field(default_factory=list)
-    warm_s: float | None = None  # wall clock of each whole replay
-    cold_s: float | None = None
-    stopped: str | None = None  # why the replay ended before the session did (the context)
-
-    @classmethod
-    def from_toml(cls, data: dict[str, Any]) -> SessionResult:
-        known = _known(cls, data)
-        for mode in ("warm", "cold"):
-            known[mode] = [SessionTurn(**_known(SessionTurn, t)) for t in data.get(mode, [])]
-        return cls(**known)
+# workload (a record's ``workload``) -> its part type, a class with ``from_toml(data) -> Part``
+PartTypes = Mapping[str, Any]
 
 
-# A workload's part of a record: one field, one table in the results file.
-PARTS: dict[str, Any] = {"depth": DepthPoint, "session": SessionResult}
-
-
-def _known(kind: Any, data: dict[str, Any]) -> dict[str, Any]:
+def known(kind: Any, data: dict[str, Any]) -> dict[str, Any]:
+    """The keys of ``data`` that are fields of the dataclass ``kind`` (a newer file's extra keys are left)."""
     return {k: v for k, v in data.items() if k in kind.__dataclass_fields__}
 
 
@@ -202,13 +174,6 @@ class Summary:
         return cls(statistics.median(present), min(present), max(present))
 
 
-def tail_of(values: Sequence[float], q: float) -> Tail:
-    """The q-th percentile of values where they are enough for it (see min_samples), else their max, so labelled."""
-    if len(values) >= min_samples(q):
-        return Tail(percentile(list(values), q), f"p{q:g}", len(values))
-    return Tail(max(values), "max", len(values))
-
-
 @dataclass
 class AliasRecord:
     """One configuration under one workload: the unit of the results file and of the table."""
@@ -217,8 +182,6 @@ class AliasRecord:
     target: str = ""
     engine: str = "llama-cpp"
     workload: str = STANDARD
-    category: str | None = None
-    concurrency: int | None = None
     decode_source: str = "server timings"
     comparable: bool = True
     not_comparable_reason: str | None = None
@@ -229,11 +192,6 @@ class AliasRecord:
     cold_load_s: float | None = None
     load_transitions: list[str] = field(default_factory=list)
     spec: SpecCounters | None = None
-    total_tps: float | None = None
-    prefix_cold_ttft_ms: float | None = None
-    prefix_warm_ttft_ms: float | None = None
-    prefix_cached_tokens: int | None = None
-    prefix_evidence: str | None = None
     runs: list[RunRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -261,19 +219,14 @@ class AliasRecord:
     precision_reached: float | None = None
     stopped_by: str | None = None
     thinking: str | None = None  # the protocol's thinking when it was not "off" (the table's notes say so)
-    depth: DepthPoint | None = None  # workload = "depth"
-    session: SessionResult | None = None  # workload = "session"
+    part: Any = None  # the workload's own part (a results.Part), under [aliases.<workload>] in the file
 
     @property
     def configuration(self) -> str:
-        """The alias, and what sets this record apart from the alias's standard one: its prompt category,
-        its concurrency level, its context depth, or else any other workload's name."""
-        if self.depth is not None:
-            return f"{self.alias} [depth {self.depth.tokens}]"
-        if self.category:
-            return f"{self.alias} [{self.category}]"
-        if self.concurrency is not None:
-            return f"{self.alias} [x{self.concurrency}]"
+        """The alias, and what sets this record apart from the alias's standard one: its workload's part
+        (a context depth, a prompt category, a concurrency level), or else any other workload's name."""
+        if self.part is not None:
+            return f"{self.alias} [{self.part.distinction}]"
         if self.workload != STANDARD:
             return f"{self.alias} [{self.workload}]"
         return self.alias
@@ -299,7 +252,7 @@ class AliasRecord:
                 record[f"{metric}_median"] = s.median
                 record[f"{metric}_min"] = s.min
                 record[f"{metric}_max"] = s.max
-        if self.concurrency is not None:
+        if self.part is not None and self.part.tails:
             # a tail percentile only where there are samples enough for it; the _max above stands in otherwise
             for q in (50, 90, 99):
                 for metric in ("ttft_ms", "decode_tps"):
@@ -321,29 +274,34 @@ class AliasRecord:
                 record[key] = int(s.median)
         record["comparable"] = self.comparable
         rest = {k: getattr(self, k) for k in self.__dataclass_fields__
-                if k not in record and k not in ("runs", "spec", *QUALITY_LISTS, *PARTS)}
+                if k not in record and k not in ("runs", "spec", "part", *QUALITY_LISTS)}
         record.update(_drop_none(rest))
         for name in QUALITY_LISTS:
             if getattr(self, name):
                 record[name] = [_drop_none(asdict(item)) for item in getattr(self, name)]
-        for name in PARTS:
-            if getattr(self, name) is not None:
-                record[name] = _without_none(asdict(getattr(self, name)))
+        if self.part is not None:
+            record[self.workload] = _without_none(self.part.to_toml())
         record["runs"] = [_drop_none(asdict(run)) for run in self.runs]
         return record
 
     @classmethod
-    def from_toml(cls, data: dict[str, Any]) -> AliasRecord:
+    def from_toml(cls, data: dict[str, Any], parts: PartTypes) -> AliasRecord:
+        """A record as the file keeps it; its workload's part read by that workload's part type."""
         fields = {k: v for k, v in data.items()
-                  if k in cls.__dataclass_fields__ and k not in ("runs", "spec", *QUALITY_LISTS, *PARTS)}
+                  if k in cls.__dataclass_fields__ and k not in ("runs", "spec", "part", *QUALITY_LISTS)}
         for name, kind in QUALITY_LISTS.items():
             known = {f.name for f in dataclasses.fields(kind)}
             fields[name] = [kind(**{k: v for k, v in item.items() if k in known}) for item in data.get(name, [])]
-        for name, part in PARTS.items():
-            if name in data:
-                fields[name] = part.from_toml(data[name])
         if fields.get("workload") == LEGACY_STANDARD:
             fields["workload"] = STANDARD
+        workload = str(fields.get("workload", STANDARD))
+        part_type = parts.get(workload)
+        if part_type is not None:
+            table = data.get(workload)
+            if not isinstance(table, dict):  # an older file kept the part in flat keys: migrated here, once
+                table = part_type.legacy(data) if hasattr(part_type, "legacy") else None
+            if table is not None:
+                fields["part"] = part_type.from_toml(table)
         run_names = RunRecord.__dataclass_fields__
         runs = [RunRecord(**{k: v for k, v in r.items() if k in run_names}) for r in data.get("runs", [])]
         spec = None
@@ -396,25 +354,6 @@ def spec_from_runs(runs: list[RunRecord]) -> SpecCounters | None:
     return SpecCounters(float(drafted), float(sum(r.draft_n_accepted or 0 for r in runs)))
 
 
-def percentile(values: list[float], q: float) -> float:
-    """numpy's percentile (linear interpolation between closest ranks)."""
-    return float(numpy.percentile(values, q))
-
-
-def min_samples(q: float) -> int:
-    """Samples needed before the q-th percentile is reported: enough that at least one sample lies above
-    it (10 for p90, 100 for p99; p50 needs 1). With fewer, "p99" would be an interpolation toward the
-    largest value, i.e. the max under another name."""
-    return 1 if q <= 50 else math.ceil(round(100.0 / (100.0 - q), 9))
-
-
-@dataclass(frozen=True)
-class Tail:
-    value: float
-    label: str  # "p90", "p99", ... or "max" when the samples are too few for that percentile
-    samples: int
-
-
 def _drop_none(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if v is not None}
 
@@ -455,7 +394,7 @@ def write_toml(path: Path, data: dict[str, Any]) -> None:
 
 
 class ResultsWriter:
-    """Owns one results file: reserved at start, rewritten after each alias."""
+    """Owns one results file: reserved at start, rewritten as each record is added and after each alias."""
 
     def __init__(self, output_dir: Path, result_set: ResultSet, stem: str):
         self.result_set = result_set
@@ -504,11 +443,12 @@ def file_format(data: dict[str, Any]) -> str | None:
     return meta.get("format") if isinstance(meta, dict) else None
 
 
-def result_set_of(path: Path, data: dict[str, Any]) -> ResultSet:
+def result_set_of(path: Path, data: dict[str, Any], parts: PartTypes) -> ResultSet:
+    """A results file's records; ``parts``: each workload's part type (``workloads.PARTS``)."""
     if file_format(data) != FORMAT:
         raise ResultsFileError(f"{path} is not an llm-bench results file (no meta.format = {FORMAT!r})")
-    return ResultSet(data["meta"], [AliasRecord.from_toml(a) for a in data.get("aliases", [])])
+    return ResultSet(data["meta"], [AliasRecord.from_toml(a, parts) for a in data.get("aliases", [])])
 
 
-def load_results(path: Path) -> ResultSet:
-    return result_set_of(path, read_toml(path))
+def load_results(path: Path, parts: PartTypes) -> ResultSet:
+    return result_set_of(path, read_toml(path), parts)

@@ -6,6 +6,7 @@ plan's workloads, unload again. Each alias's records are saved before the next a
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -23,7 +24,8 @@ from llm_bench.provenance import provenance, server_build
 from llm_bench.results import FORMAT, AliasRecord, ResultSet, ResultsWriter, results_stem
 from llm_bench.support.progress import progress
 from llm_bench.workloads import of_record, workload
-from llm_bench.workloads.common import RunsInterrupted, WorkloadInterrupted, chat_request, derive
+from llm_bench.workloads.base import Keep
+from llm_bench.workloads.common import WorkloadInterrupted, chat_request, derive
 from llm_bench.workloads.standard import STANDARD
 
 Log = Callable[[str], None]
@@ -34,20 +36,12 @@ class RunAborted(RuntimeError):
 
 
 class AliasUnreachable(Exception):
-    """The server went away while an alias was measured; ``records`` hold what was measured of it."""
+    """The server went away while an alias was measured (``cause``); what was measured of it, and a record
+    of the failure, were already kept."""
 
-    def __init__(self, cause: ServerUnreachable, records: list[AliasRecord]):
+    def __init__(self, cause: ServerUnreachable):
         super().__init__(str(cause))
         self.cause = cause
-        self.records = records
-
-
-class AliasInterrupted(KeyboardInterrupt):
-    """Ctrl-C while an alias was measured; ``records`` hold what was measured of it (finished runs kept)."""
-
-    def __init__(self, records: list[AliasRecord]):
-        super().__init__()
-        self.records = records
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -79,18 +73,26 @@ def check_vram(record: AliasRecord, reading: VramReading, protocol: Protocol) ->
         )
 
 
-def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Log,
-                  target: str = "") -> list[AliasRecord]:
-    """Every workload of the protocol for one alias; a failure ends the alias, not the run. Ctrl-C ends it
-    with AliasInterrupted carrying what was measured (the finished runs of the workload it stopped too)."""
+def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Log, keep: Keep,
+                  target: str = "") -> None:
+    """Every workload of the protocol for one alias, each record to ``keep`` as it finishes (the alias's
+    base record when nothing else was measured); a failure ends the alias, not the run. Ctrl-C ends it (the
+    KeyboardInterrupt goes on) with what was measured kept, the finished runs of the workload it stopped
+    too; the unload that follows is marked on the kept records, so the caller writes them once more."""
     base = AliasRecord(alias=alias, target=target, engine=engine.kind, decode_source=engine.capabilities.decode_source,
                        thinking=None if protocol.thinking == "off" else protocol.thinking)
     records: list[AliasRecord] = []
+
+    def kept(record: AliasRecord) -> None:
+        records.append(record)
+        keep(record)
+
     stop: KeyboardInterrupt | None = None
     try:
-        _measure(engine, alias, protocol, nvml, log, base, records)
-    except KeyboardInterrupt as e:
-        records.extend(e.records if isinstance(e, RunsInterrupted) else [])
+        _measure(engine, alias, protocol, nvml, log, base, kept)
+        if not records:
+            kept(base)
+    except KeyboardInterrupt as e:  # the workload's records are kept, the one it stopped with marked interrupted
         stop = e
     finally:
         if protocol.unload_after:
@@ -101,13 +103,12 @@ def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, lo
             for record in records or [base]:
                 record.unloaded_after = unloaded
     if stop is not None:
-        raise AliasInterrupted(records) from stop
-    return records or [base]
+        raise stop
 
 
 def _measure(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Log, base: AliasRecord,
-             records: list[AliasRecord]) -> None:
-    """measure_alias's steps, each workload's records added to ``records`` as it finishes."""
+             keep: Keep) -> None:
+    """measure_alias's steps, each record to ``keep`` as it finishes (a failure's own record too)."""
     current = STANDARD.name  # the workload a failure is recorded against
     try:
         cold = engine.make_cold(alias)
@@ -133,26 +134,25 @@ def _measure(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Lo
         base.preset_args, base.server_build = engine.describe(alias)
 
         for current in protocol.workloads:
-            records.extend(workload(current).run(engine, alias, protocol, base, log))
-    except WorkloadInterrupted as e:
-        # the runs measured before the failure stay, beside its error
-        records.extend(e.records)
+            workload(current).run(engine, alias, protocol, base, log, keep)
+    except WorkloadInterrupted as e:  # the runs measured before the failure are kept, beside its error
         log(f"  FAILED: {e}")
         if isinstance(e.cause, ServerUnreachable):
-            raise AliasUnreachable(e.cause, list(records)) from e.cause
+            raise AliasUnreachable(e.cause) from e.cause
     except ServerUnreachable as e:
         failed = derive(base, workload=current)
         failed.errors.append(str(e))
-        raise AliasUnreachable(e, records + [failed]) from e
+        keep(failed)
+        raise AliasUnreachable(e) from e
     except ServerError as e:
         failed = derive(base, workload=current)
         failed.errors.append(str(e))
-        records.append(failed)
+        keep(failed)
         log(f"  FAILED: {e}")
     except Exception as e:  # noqa: BLE001 - a bug of ours must not cost the runs already measured
         failed = derive(base, workload=current)
         failed.errors.append(f"llm-bench failed unexpectedly ({type(e).__name__}: {e}); please report this")
-        records.append(failed)
+        keep(failed)
         log(f"  FAILED: {failed.errors[-1]}")
 
 
@@ -201,6 +201,11 @@ def streams(protocol: Protocol) -> int:
     return max(w.streams(w.settings_in(protocol)) for w in map(workload, protocol.workloads))
 
 
+def _keep(writer: ResultsWriter, measured: list[AliasRecord], record: AliasRecord) -> None:
+    measured.append(record)
+    writer.add(record)
+
+
 def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
              skip: Callable[[str], bool] = lambda alias: False, sources: Sources | None = None) -> ResultsWriter:
     """Measure every alias of the plan; the results file is on disk from the first moment.
@@ -219,7 +224,6 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
                                    results_stem(started_at, plan.label or "run"))
             log(f"Results: {writer.path}")
             durations: list[float] = []
-            measured: list[AliasRecord] = []  # the alias's records until they are written
             try:
                 for n, alias in enumerate(aliases, 1):
                     log(f"Benchmark {progress(n, len(aliases), durations)}: {alias}")
@@ -227,21 +231,21 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
                     checks = InRunChecks(gpus, log, plan.checks, early.findings.get(alias, ()),
                                          early.drafts_from_context)
                     checks.start()
+                    measured: list[AliasRecord] = []  # this alias's records, each in the file as it finishes
                     try:
                         with sampling(gpus):
-                            measured = measure_alias(engine, alias, protocol, gpus, log,
-                                                     target=target or plan.label)
+                            measure_alias(engine, alias, protocol, gpus, log, functools.partial(_keep, writer, measured),
+                                          target=target or plan.label)
                         checks.finish(measured, [r for r in measured if needs_prompt_cache(r)])
                     except AliasUnreachable as e:
-                        writer.extend(e.records)
+                        writer.flush()
                         raise RunAborted(f"{e}; results so far are in {writer.path}") from e.cause
-                    done, measured = measured, []  # in the set before the file, so a Ctrl-C here writes them once
-                    writer.extend(done)
-                    protocol = protocol.carried(done)
+                    writer.flush()  # what the checks and the unload added to the kept records
+                    protocol = protocol.carried(measured)
                     durations.append(time.perf_counter() - t0)
                     log(f"  done in {durations[-1]:.1f} s")
             except KeyboardInterrupt as e:  # the alias it was on keeps its finished runs, marked interrupted
-                writer.extend(e.records if isinstance(e, AliasInterrupted) else measured)
+                writer.flush()
                 raise RunInterrupted(writer.path) from e
             writer.finish(datetime.now(timezone.utc))
     finally:

@@ -47,6 +47,7 @@ from llm_bench.support.plotting import ChartError
 from llm_bench.support.poll import poll_until
 from llm_bench.support.progress import progress
 from llm_bench.validation import check_keys, check_url
+from llm_bench.workloads import PARTS
 
 Log = Callable[[str], None]
 
@@ -213,7 +214,7 @@ def measured_sets(output_dir: Path) -> list[ResultSet]:
     """Every run results file of the sweep folder, oldest first (merged sets excluded)."""
     sets = []
     for path in sorted(output_dir.glob("llm-bench-*.toml")):
-        result_set = load_results(path)
+        result_set = load_results(path, PARTS)
         if not result_set.meta.get("sweep_merged"):
             sets.append(result_set)
     return sets

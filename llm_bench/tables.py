@@ -25,6 +25,13 @@ class Row:
     record: AliasRecord
     label: str
     engine: str
+    # The configuration the record belongs to, without what sets the record apart (its depth, its workload):
+    # a workload's table groups its rows by it. Empty: the record's alias.
+    group_name: str = ""
+
+    @property
+    def group(self) -> str:
+        return self.group_name or self.record.alias
 
     @property
     def decode_tps(self) -> float | None:

@@ -38,7 +38,7 @@ from llm_bench.capacity.settings import CapacitySettings
 from llm_bench.engines import open_engine
 from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 from llm_bench.prompts import shipped_prompt
-from llm_bench.results import tail_of
+from llm_bench.support.stats import tail_of
 from llm_bench.testbed.llama_server import ensure_llama_server
 from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.testbed.router import running_router

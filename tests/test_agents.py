@@ -13,9 +13,18 @@ from click.testing import CliRunner
 from llm_bench.cli import main
 from llm_bench.engines.stream import ChatRequest, Event, measure_stream
 from llm_bench.plan import PlanError, plan_from_mapping, protocol_from_mapping
-from llm_bench.results import AliasRecord, DepthPoint, SessionResult, SessionTurn
-from llm_bench.workloads.depth import DEPTH
-from llm_bench.workloads.session import SESSION, SessionFileError, SessionSettings, load_session, parse_session
+from llm_bench.results import AliasRecord
+from llm_bench.workloads import PARTS
+from llm_bench.workloads.depth import DEPTH, DepthPoint, point_of
+from llm_bench.workloads.session import (
+    SESSION,
+    SessionFileError,
+    SessionResult,
+    SessionSettings,
+    SessionTurn,
+    load_session,
+    parse_session,
+)
 
 
 def chunk(delta: dict | None = None, finish: str | None = None, **extra) -> str:
@@ -139,12 +148,12 @@ def test_depth_and_session_records_survive_the_results_file(tmp_path):
 
     turn = SessionTurn(ttft_ms=12.5, prompt_tokens=900, cache_n=0, turn=1, added="system, user",
                        processed_tokens=900, first_answer_ms=20.0, reasoning_tokens=4, reasoning_source="deltas")
-    records = [AliasRecord("a", workload="depth", depth=DepthPoint(4096, skipped="does not fit")),
+    records = [AliasRecord("a", workload="depth", part=DepthPoint(4096, skipped="does not fit")),
                AliasRecord("a", workload="session", thinking="on",
-                           session=SessionResult("shipped", 27, 4, 13, warm=[turn], cold=[turn], warm_s=1.0))]
+                           part=SessionResult("shipped", 27, 4, 13, warm=[turn], cold=[turn], warm_s=1.0))]
     writer = ResultsWriter(tmp_path, ResultSet({"format": "llm-bench/1"}), "x")
     writer.extend(records)
-    assert load_results(writer.path).aliases == records
+    assert load_results(writer.path, PARTS).aliases == records
     data = tomllib.loads(writer.path.read_text())
     assert data["aliases"][1]["session"]["warm"][0]["cache_n"] == 0
     assert [r.configuration for r in records] == ["a [depth 4096]", "a [session]"]
@@ -163,10 +172,10 @@ def test_depth_on_an_openai_engine_sets_depth_by_the_servers_token_count(tmp_pat
         protocol = Protocol(workloads=("depth",), runs=2, max_tokens=8).with_settings(
             DEPTH, {"depths": (0, 2000, 8192), "chars_per_token": 3.0})
         plan = Plan(url=vllm.url, engine="openai", output_dir=tmp_path, protocol=protocol)
-        d0, d2000, d8192 = load_results(run_plan(plan, lambda _m: None).path).aliases
-    assert d2000.depth.chars_per_token == pytest.approx(4.0, abs=0.01)  # measured, not the 3.0 guessed
+        d0, d2000, d8192 = load_results(run_plan(plan, lambda _m: None).path, PARTS).aliases
+    assert point_of(d2000).chars_per_token == pytest.approx(4.0, abs=0.01)  # measured, not the 3.0 guessed
     assert abs((d2000.runs[0].prompt_tokens - d0.runs[0].prompt_tokens) - 2000) <= 2
     for run in d0.runs + d2000.runs:
         assert run.cache_n == 0 and run.output_tokens == 8 and run.decode_tps == run.client_decode_tps
     assert d0.warnings == d2000.warnings == []
-    assert d8192.runs == [] and "the model's context is 4096" in d8192.depth.skipped
+    assert d8192.runs == [] and "the model's context is 4096" in point_of(d8192).skipped

@@ -27,7 +27,9 @@ from llm_bench.results import AliasRecord, RunRecord, load_results
 from llm_bench.runner import run_plan
 from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.testbed.router import RouterProcess, start_router
-from llm_bench.workloads import workload
+from llm_bench.workloads import PARTS, workload
+from llm_bench.workloads.depth import point_of
+from llm_bench.workloads.session import result_of
 from tests.short_session import write_short_session
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -60,7 +62,7 @@ def measure(router: RouterProcess, out: Path, aliases: tuple[str, ...], engine: 
         chosen = chosen.with_settings(workload(name), table)
     plan = Plan(url=router.url, aliases=aliases, label="agents", output_dir=out, engine=engine, protocol=chosen)
     path = run_plan(plan, lambda _message: None).path
-    return path, load_results(path).aliases
+    return path, load_results(path, PARTS).aliases
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ def depth_run(bed: RouterProcess, tmp_path_factory: pytest.TempPathFactory) -> t
 
 def test_decode_at_3000_tokens_of_depth_is_slower_by_the_servers_own_timings(bed, depth_run):
     _path, (d0, d3000, d8192) = depth_run
-    assert [r.depth.tokens for r in (d0, d3000, d8192)] == [0, 3000, 8192]
+    assert [point_of(r).tokens for r in (d0, d3000, d8192)] == [0, 3000, 8192]
     log = printed(bed)
     for record in (d0, d3000):
         assert not record.errors and record.warnings == [], record.warnings
@@ -127,7 +129,7 @@ def test_decode_at_3000_tokens_of_depth_is_slower_by_the_servers_own_timings(bed
     assert abs(added - 3000) <= 30, added
     assert max(r.decode_tps for r in d3000.runs) < 0.85 * min(r.decode_tps for r in d0.runs)
     # beyond the model's context: skipped with the reason, nothing sent
-    assert d8192.runs == [] and "context is 4096" in d8192.depth.skipped
+    assert d8192.runs == [] and "context is 4096" in point_of(d8192).skipped
 
 
 def test_depth_is_in_the_table_the_exports_and_the_html(depth_run):
@@ -141,7 +143,7 @@ def test_depth_is_in_the_table_the_exports_and_the_html(depth_run):
     assert depth[2]["decode_tps_median"] is None and "4096" in depth[2]["skipped"]
     csv_lines = to_csv(rows, table="depth").splitlines()
     assert csv_lines[0].startswith("configuration,depth,context_tokens,decode_tps_median") and len(csv_lines) == 4
-    html = render_html([load_results(path)], rows=rows)
+    html = render_html([load_results(path, PARTS)], rows=rows)
     assert 'id="depth"' in html and 'id="depth-chart"' in html and 'aria-label="depth chart"' in html
 
 
@@ -164,7 +166,7 @@ def session_run(bed: RouterProcess, tmp_path_factory: pytest.TempPathFactory) ->
 
 def test_with_the_cache_each_turn_reuses_the_previous_context_by_the_servers_counters(bed, session_run):
     _path, record = session_run
-    result = record.session
+    result = result_of(record)
     assert not record.errors and record.warnings == [], record.warnings
     assert len(result.warm) == len(result.cold) >= 2 and result.stopped and "2800" in result.stopped
     log = printed(bed)
@@ -195,22 +197,22 @@ def test_the_session_summary_and_turns_are_in_the_tables_and_exports(session_run
     rows = load_rows([path])
     data = report_data(rows)
     (summary,) = data["session"]
-    warm, cold = record.session.warm[-1], record.session.cold[-1]
+    warm, cold = result_of(record).warm[-1], result_of(record).cold[-1]
     assert summary["last_ttft_ms_warm"] == warm.ttft_ms and summary["last_ttft_ms_cold"] == cold.ttft_ms
     assert summary["last_ttft_cold_over_warm"] == pytest.approx(cold.ttft_ms / warm.ttft_ms)
-    assert summary["processed_tokens_cold"] == sum(t.prompt_tokens for t in record.session.cold)
+    assert summary["processed_tokens_cold"] == sum(t.prompt_tokens for t in result_of(record).cold)
     assert summary["flagged_turns"] == []
-    assert len(data["session_turns"]) == len(record.session.warm)
+    assert len(data["session_turns"]) == len(result_of(record).warm)
     table = markdown_table(rows)
     assert "### Agent session (replayed with the prompt cache, and cold)" in table and "### Session turns" in table
-    assert to_csv(rows, table="session_turns").count("\n") == len(record.session.warm) + 1
+    assert to_csv(rows, table="session_turns").count("\n") == len(result_of(record).warm) + 1
 
 
 def test_a_template_that_rewrites_earlier_turns_is_flagged(bed, tmp_path):
     session = write_short_session(tmp_path / "session.json")
     _path, (record,) = measure(bed, tmp_path, ("smol-rewrite",), workloads=("session",), temperature=0.0,
                                settings={"session": {"max_tokens": 4, "session_file": str(session)}})
-    warm = record.session.warm
+    warm = result_of(record).warm
     assert len(warm) == 2 and warm[1].prompt_tokens > warm[0].prompt_tokens + 200
     for turn in warm[1:]:
         assert turn.cache_n < 0.1 * turn.prompt_tokens  # the server's counter: the prefix changed at the start
@@ -223,9 +225,9 @@ def test_the_openai_engine_replays_the_session_through_the_templates_tool_path(b
     # preset whose template renders the tools (SmolLM2's own renders none)
     _path, (record,) = measure(bed, tmp_path, ("smol-think",), engine="openai", workloads=("session",),
                                temperature=0.0, settings={"session": {"max_tokens": 8, "max_context": 2800}})
-    result = record.session
+    result = result_of(record)
     assert record.decode_source == "stream" and len(result.warm) >= 2
-    plain_first = session_run[1].session.warm[0]
+    plain_first = result_of(session_run[1]).warm[0]
     assert result.warm[0].prompt_tokens > plain_first.prompt_tokens + 300  # the four tool definitions
     for before, turn in zip(result.warm, result.warm[1:]):
         assert turn.cache_n >= 0.9 * before.prompt_tokens and turn.reuse_flag is None
@@ -269,7 +271,7 @@ def test_the_table_shows_the_first_answer_and_the_thinking_setting(thinking_run)
     assert "| TTFT ms | First answer ms |" in table and "thinking = on (protocol)." in table
     main = {m["configuration"]: m for m in report_data(rows)["main"]}
     assert main["smol-think"]["first_answer_ms_median"] == think.summary("first_answer_ms").median
-    assert load_results(path).meta["protocol"]["thinking"] == "on"
+    assert load_results(path, PARTS).meta["protocol"]["thinking"] == "on"
 
 
 def test_thinking_off_asks_the_template_not_to_think(bed, tmp_path):

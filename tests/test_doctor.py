@@ -26,6 +26,7 @@ from llm_bench.support.poll import poll_until
 from llm_bench.testbed.llama_server import read_source_file
 from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.testbed.router import start_router
+from llm_bench.workloads import PARTS
 from tests.fake_nvml import FakeGpu, FakeNvml, use_in_subprocesses, write_state
 from tests.fake_vllm import FakeVllm, FakeVllmConfig
 
@@ -224,7 +225,7 @@ def test_checks_run_during_every_run(router, tmp_path):
     plan = Plan(url=router.url, aliases=("tiny-plain", "tiny-trap"), output_dir=tmp_path,
                 protocol=Protocol(runs=1, max_tokens=32),
                 checks=Checks(log_file=router.log_path, power_floor_w=300))
-    records = {r.alias: r for r in load_results(run_plan(plan, lambda m: None, nvml=Nvml(fake)).path).aliases}
+    records = {r.alias: r for r in load_results(run_plan(plan, lambda m: None, nvml=Nvml(fake)).path, PARTS).aliases}
     for record in records.values():
         text = " ".join(record.warnings)
         assert "DOCTOR no-gpu:" in text and "without CUDA" in text  # from this alias's part of the log
@@ -423,7 +424,7 @@ def test_run_warns_when_its_baseline_is_no_control_on_the_fork(router_factory, t
     logs: list[str] = []
     plan = Plan(url=router.url, aliases=("ampere-plain", "ampere-none"), output_dir=tmp_path,
                 protocol=Protocol(runs=1, max_tokens=4), checks=Checks(marker=marker))
-    records = {r.alias: r for r in load_results(run_plan(plan, logs.append, nvml=Nvml(FakeNvml())).path).aliases}
+    records = {r.alias: r for r in load_results(run_plan(plan, logs.append, nvml=Nvml(FakeNvml())).path, PARTS).aliases}
     [said] = [l for l in logs if "fork-control" in l]
     assert said.startswith("!!! WARNING [fork-control] ampere-plain:") and "active.json package llamampere" in said
     assert logs.index(said) < next(i for i, l in enumerate(logs) if l.startswith("Benchmark 1/"))  # before measuring
@@ -455,7 +456,7 @@ def test_a_preset_without_prompt_cache_is_flagged_by_doctor_and_by_the_prefix_ca
     assert line.startswith("WARNING [prefix-cache] nocache: the preset runs llama-server with --no-cache-prompt")
     plan = Plan(url=router.url, aliases=("nocache",), output_dir=tmp_path, protocol=Protocol(
         runs=1, max_tokens=4, workloads=("prefix-cache",), prefix_prompt_tokens=100, prefix_max_tokens=4))
-    [record] = load_results(run_plan(plan, lambda m: None, nvml=Nvml(FakeNvml())).path).aliases
+    [record] = load_results(run_plan(plan, lambda m: None, nvml=Nvml(FakeNvml())).path, PARTS).aliases
     assert any(w.startswith("DOCTOR prefix-cache: nocache:") for w in record.warnings), record.warnings
 
 
@@ -468,7 +469,7 @@ def test_run_against_vllm_started_with_half_and_a_drafter_warns_before_measuring
         logs: list[str] = []
         with FakeVllm(FakeVllmConfig()) as vllm:
             plan = Plan(url=vllm.url, engine="openai", output_dir=tmp_path, protocol=Protocol(runs=1, max_tokens=8))
-            [record] = load_results(run_plan(plan, logs.append, nvml=Nvml(FakeNvml())).path).aliases
+            [record] = load_results(run_plan(plan, logs.append, nvml=Nvml(FakeNvml())).path, PARTS).aliases
     finally:
         proc.kill()
         proc.wait()
@@ -489,7 +490,7 @@ def test_run_against_vllm_drafting_by_n_gram_blames_the_output_not_a_dtype(tmp_p
         with FakeVllm(FakeVllmConfig(accepted_per_round=0)) as vllm:
             plan = Plan(url=vllm.url, engine="openai", output_dir=tmp_path, checks=Checks(log_command=log),
                         protocol=Protocol(runs=1, max_tokens=8))
-            [record] = load_results(run_plan(plan, logs.append, nvml=Nvml(FakeNvml())).path).aliases
+            [record] = load_results(run_plan(plan, logs.append, nvml=Nvml(FakeNvml())).path, PARTS).aliases
     finally:
         proc.kill()
         proc.wait()

@@ -11,6 +11,7 @@ from llm_bench.cli import main
 from llm_bench.cli.exits import ABORTED, COULD_NOT_RUN, INTERRUPTED
 from llm_bench.results import load_results
 from llm_bench.testbed.router import free_port
+from llm_bench.workloads import PARTS
 from tests.cli_process import LlmBench
 
 # The module, not the command of the same name that llm_bench.cli exports.
@@ -35,7 +36,7 @@ def test_server_going_away_partway_exits_3_with_the_measured_alias_saved(router_
     assert result.exit_code == ABORTED == 3, result.output
     assert "results so far are in" in result.output
     (path,) = tmp_path.glob("*.toml")
-    first = load_results(path).aliases[0]
+    first = load_results(path, PARTS).aliases[0]
     assert first.alias == "tiny-plain" and first.runs
 
 
@@ -56,7 +57,7 @@ def test_ctrl_c_exits_130_with_the_finished_alias_saved(router_factory, bed, tmp
     assert run.finish(120) == INTERRUPTED == 130, run.stderr
     assert "interrupted" in run.stderr and "Traceback" not in run.stderr
     (path,) = tmp_path.glob("*.toml")
-    saved = load_results(path)
+    saved = load_results(path, PARTS)
     assert saved.meta["complete"] is False
     first = saved.aliases[0]
     assert first.alias == "tiny-plain" and len(first.runs) == 3 and all(r.decode_tps > 0 for r in first.runs)

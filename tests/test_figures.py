@@ -30,13 +30,13 @@ from llm_bench.results import (
     RunRecord,
     Summary,
     load_results,
-    min_samples,
-    percentile,
-    tail_of,
 )
 from llm_bench.runner import RunAborted, measure_alias, run_plan
-from llm_bench.support.stats import median_interval, relative_precision
+from llm_bench.support.stats import median_interval, min_samples, percentile, relative_precision, tail_of
+from llm_bench.workloads import PARTS
+from llm_bench.workloads.categories import CATEGORIES
 from llm_bench.workloads.common import run_record, spec_from_runs
+from llm_bench.workloads.concurrency import ConcurrencyLevel
 from llm_bench.workloads.standard import standard
 from tests.fake_nvml import FakeNvml
 from tests.scripted_server import DONE, Reply, delta, event, scripted_server, stream_reply
@@ -46,6 +46,13 @@ REQUEST = ChatRequest("m", "hi", 8, 1.0, 42, prompt_cache=False)
 LATE_S = 0.3
 ROUTER_API = {"/models": {"data": [{"id": "m", "status": {"value": "unloaded"}}]}, "/props": {},
               "/v1/models": {"data": [{"id": "m"}]}}
+
+
+def kept_by(workload, *args) -> list[AliasRecord]:
+    """The records a workload function keeps, in order."""
+    kept: list[AliasRecord] = []
+    workload(*args, kept.append)
+    return kept
 
 
 def timings(**values) -> dict:
@@ -130,8 +137,8 @@ def test_cold_load_is_send_to_the_warm_ups_first_token_in_seconds(tmp_path):
     with scripted_server([warm_up, run], gets=ROUTER_API) as server:
         engine = LlamaCppEngine(server.url, timeout=10)
         try:
-            (record,) = measure_alias(engine, "m", Protocol(runs=1, max_tokens=8, unload_after=False),
-                                      Nvml(FakeNvml()), lambda message: None)
+            (record,) = kept_by(measure_alias, engine, "m", Protocol(runs=1, max_tokens=8, unload_after=False),
+                                Nvml(FakeNvml()), lambda message: None)
         finally:
             engine.close()
     exchange = server.chats[0]
@@ -165,7 +172,7 @@ def measured(tmp_path_factory):
     with scripted_server(asymmetric_replies()) as server:
         engine = LlamaCppEngine(server.url, timeout=10)
         try:
-            (record,) = standard(engine, "m", Protocol(runs=3, max_tokens=4), AliasRecord(alias="m"),
+            (record,) = kept_by(standard, engine, "m", Protocol(runs=3, max_tokens=4), AliasRecord(alias="m"),
                                  lambda message: None)
         finally:
             engine.close()
@@ -211,7 +218,7 @@ def test_a_run_that_timed_a_cache_hit_says_so():
     with scripted_server([hit]) as server:
         engine = LlamaCppEngine(server.url, timeout=10)
         try:
-            (record,) = standard(engine, "m", Protocol(runs=1, max_tokens=2), AliasRecord(alias="m"),
+            (record,) = kept_by(standard, engine, "m", Protocol(runs=1, max_tokens=2), AliasRecord(alias="m"),
                                  lambda message: None)
         finally:
             engine.close()
@@ -222,7 +229,7 @@ def test_a_run_that_timed_a_cache_hit_says_so():
 
 def test_the_file_reads_back_as_measured(measured):
     record, _, path = measured
-    (loaded,) = load_results(path).aliases
+    (loaded,) = load_results(path, PARTS).aliases
     assert loaded.runs == record.runs
     assert loaded.spec.acceptance_rate == pytest.approx(0.7)
     assert loaded.summary("decode_tps") == Summary(11.0, 10.0, 30.0)
@@ -243,7 +250,7 @@ def test_a_run_that_stops_before_max_tokens_is_not_comparable():
     with scripted_server([early]) as server:
         engine = LlamaCppEngine(server.url, timeout=10)
         try:
-            (record,) = standard(engine, "m", Protocol(runs=1, max_tokens=4), AliasRecord(alias="m"),
+            (record,) = kept_by(standard, engine, "m", Protocol(runs=1, max_tokens=4), AliasRecord(alias="m"),
                                  lambda message: None)
         finally:
             engine.close()
@@ -263,7 +270,7 @@ def adaptive(rates: list[float]) -> tuple[AliasRecord, int]:
     with scripted_server([zero_delay(r) for r in rates]) as server:
         engine = LlamaCppEngine(server.url, timeout=10)
         try:
-            (record,) = standard(engine, "m", protocol, AliasRecord(alias="m"), lambda message: None)
+            (record,) = kept_by(standard, engine, "m", protocol, AliasRecord(alias="m"), lambda message: None)
         finally:
             engine.close()
     return record, len(server.chats)
@@ -300,7 +307,7 @@ def test_a_failed_run_keeps_the_finished_runs_in_the_file(tmp_path):
     failed = Reply(status=500, body={"error": {"message": "engine fell over"}})
     with scripted_server(replies + [failed], gets=ROUTER_API) as server:
         writer = run_plan(plan(server.url, tmp_path), lambda message: None, nvml=Nvml(FakeNvml()))
-    (record,) = load_results(writer.path).aliases
+    (record,) = load_results(writer.path, PARTS).aliases
     # the two runs, 3 tokens each by the server's usage (the warm-up had 2), with their decode rates (the rate's
     # arithmetic is pinned above; a 100 ms span read by two threads is too short to pin it here)
     assert [r.output_tokens for r in record.runs] == [3, 3]
@@ -317,10 +324,27 @@ def test_a_server_that_goes_away_keeps_the_finished_runs_in_the_file(tmp_path):
         with pytest.raises(RunAborted, match="results so far are in"):
             run_plan(plan(server.url, tmp_path), log, nvml=Nvml(FakeNvml()))
     (path,) = tmp_path.glob("*.toml")
-    saved = load_results(path)
+    saved = load_results(path, PARTS)
     assert saved.meta["complete"] is False
     assert [len(a.runs) for a in saved.aliases if a.alias == "m" and a.runs] == [2]
 
+
+
+def test_each_record_is_in_the_file_as_soon_as_it_finishes(tmp_path):
+    """The standard record is on disk before the next workload sends anything: a crash of llm-bench
+    itself (not a server error it records) would still leave it."""
+    seen: list[list[int]] = []
+    with scripted_server([zero_delay(1.0)] * 8, gets=ROUTER_API) as server:
+        def log(message: str) -> None:
+            if message.startswith("  category prose"):
+                (path,) = tmp_path.glob("*.toml")
+                seen.append([len(a.runs) for a in load_results(path, PARTS).aliases])
+
+        protocol = Protocol(runs=2, max_tokens=4, workloads=("standard", "categories")).with_settings(
+            CATEGORIES, {"names": ("prose",)})
+        run_plan(Plan(url=server.url, engine="openai", aliases=("m",), output_dir=tmp_path, protocol=protocol),
+                 log, nvml=Nvml(FakeNvml()))
+    assert seen == [[2]]
 
 # --- Statistics, worked out by hand -----------------------------------------------------------------------
 
@@ -353,7 +377,7 @@ def test_a_tail_percentile_needs_samples_above_it():
 
 
 def test_concurrency_records_write_a_tail_only_with_its_samples():
-    nine = AliasRecord(alias="a", workload="concurrency", concurrency=2,
+    nine = AliasRecord(alias="a", workload="concurrency", part=ConcurrencyLevel(2),
                        runs=[RunRecord(ttft_ms=float(v), decode_tps=1.0) for v in (1, 2, 3, 4, 5, 6, 7, 8, 100)])
     saved = nine.to_toml()
     assert "ttft_ms_p90" not in saved and saved["ttft_ms_max"] == 100.0 and saved["ttft_ms_p50"] == 5.0
@@ -422,7 +446,7 @@ def test_the_markdown_table_prints_the_figures_in_their_units(tmp_path):
     record = AliasRecord(alias="a", runs=runs_of(10.0, 11.0, 30.0), cold_load_s=2.5)
     writer = ResultsWriter(tmp_path, ResultSet({"format": "llm-bench/1", "label": "t"}), "t")
     writer.add(record)
-    (row,) = rows_of([load_results(writer.path)])
+    (row,) = rows_of([load_results(writer.path, PARTS)])
     table = markdown_table([row])
     (line,) = [line for line in table.splitlines() if line.startswith("| a |")]
     cells = [c.strip() for c in line.strip("|").split("|")]

@@ -25,6 +25,7 @@ from llm_bench.results import AliasRecord, load_results
 from llm_bench.runner import run_plan
 from llm_bench.support.poll import poll_until
 from llm_bench.testbed.router import RouterProcess, start_router
+from llm_bench.workloads import PARTS
 from tests.fake_nvml import FakeNvml
 from tests.wiretap import Exchange, Wiretap
 
@@ -118,7 +119,7 @@ def measured(smol_router: RouterProcess, tmp_path_factory: pytest.TempPathFactor
 
     try:
         writer = run_plan(plan, log, nvml=Nvml(FakeNvml()))
-        records = {a.alias: a for a in load_results(writer.path).aliases}
+        records = {a.alias: a for a in load_results(writer.path, PARTS).aliases}
         chats = {alias: [c for c in tap.chats() if c.request["model"] == alias] for alias in records}
         yield Measured(records, chats, statuses, started_at, vram_read_at, tap.exchanges())
     finally:
@@ -226,7 +227,7 @@ def test_a_cached_prompt_is_recorded_with_the_servers_count(smol_router: RouterP
     plan = Plan(url=tap.url, aliases=(PLAIN,), output_dir=tmp_path,
                 protocol=Protocol(max_tokens=8, runs=2, prompt_cache=True))
     try:
-        (record,) = load_results(run_plan(plan, lambda message: None, nvml=Nvml(FakeNvml())).path).aliases
+        (record,) = load_results(run_plan(plan, lambda message: None, nvml=Nvml(FakeNvml())).path, PARTS).aliases
         chats = tap.chats()
     finally:
         tap.close()

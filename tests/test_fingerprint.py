@@ -15,6 +15,7 @@ from llm_bench.fingerprint import NOT_AVAILABLE, Sources, fingerprint, is_availa
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.provenance import provenance
 from llm_bench.results import ResultSet, load_results, write_toml
+from llm_bench.workloads import PARTS
 from tests.fake_nvml import FakeGpu, FakeNvml
 
 STORE_SYSTEM = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-nixos-system-box-25.05.20250612.4a5d0b1"
@@ -141,7 +142,7 @@ def test_the_fingerprint_survives_a_results_file(tmp_path: Path) -> None:
         meta = provenance("llm-bench/1", nvml, sources=nixos_box(tmp_path), server_build="b1")
     path = tmp_path / "r.toml"
     write_toml(path, ResultSet(meta).to_toml())
-    assert load_results(path).meta["fingerprint"] == meta["fingerprint"]
+    assert load_results(path, PARTS).meta["fingerprint"] == meta["fingerprint"]
     assert os.path.getsize(path) > 0
 
 

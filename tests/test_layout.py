@@ -11,13 +11,14 @@ from llm_bench.engines import Engine, LlamaCppEngine, OpenAIEngine
 from llm_bench.plan import Protocol
 from llm_bench.report import load_rows, markdown_table
 from llm_bench.results import load_results
+from llm_bench.workloads import PARTS
 
 PACKAGE = Path(__file__).resolve().parents[1] / "llm_bench"
 
 # Which layer may import which: a module never imports from a layer above its own.
 LAYERS = ["support", "quality", "validation", "prompts", "testbed", "engines", "results", "preset_args", "tables",
           "gpu", "fingerprint", "provenance", "diagnostics", "workloads", "plan", "runner", "report", "sweep", "boxes",
-          "demo", "tune", "soak", "power", "capacity", "failover", "history", "cli"]
+          "demo", "tune", "soak", "power", "capacity", "failover", "history", "sources", "cli"]
 
 
 def imports_of(path: Path) -> set[str]:
@@ -126,7 +127,7 @@ output_tokens = 512
 def test_a_results_file_from_before_the_rename_loads_and_reports_as_standard(tmp_path: Path) -> None:
     path = tmp_path / "old.toml"
     path.write_text(OLD_FILE)
-    records = load_results(path).aliases
+    records = load_results(path, PARTS).aliases
     assert [r.workload for r in records] == ["standard", "standard"]
     table = markdown_table(load_rows([path]))
     assert "qwen-base" in table and "qwen-mtp2" in table and "60.0" in table and "40.5" in table

@@ -11,7 +11,8 @@ from llm_bench.plan import Plan, Protocol
 from llm_bench.report import load_rows, markdown_table
 from llm_bench.results import AliasRecord, load_results
 from llm_bench.runner import RunAborted, run_plan
-from llm_bench.workloads.concurrency import concurrency, simultaneous
+from llm_bench.workloads import PARTS
+from llm_bench.workloads.concurrency import concurrency, level_of, simultaneous
 
 
 def test_router_killed_during_run_3_of_5_keeps_runs_1_and_2(router_factory, bed, tmp_path):
@@ -26,7 +27,7 @@ def test_router_killed_during_run_3_of_5_keeps_runs_1_and_2(router_factory, bed,
     with pytest.raises(RunAborted, match="results so far are in"):
         run_plan(plan, log)
     (path,) = tmp_path.glob("*.toml")
-    (record,) = load_results(path).aliases
+    (record,) = load_results(path, PARTS).aliases
     assert len(record.runs) == 2 and all(r.decode_tps for r in record.runs)
     assert record.errors and "run 3 of 5 failed (2 finished)" in record.errors[0]
     # the table shows the two runs, with the failure noted
@@ -101,7 +102,9 @@ def test_a_failed_request_is_recorded_and_totals_count_only_measured_streams(rou
         protocol = Protocol(max_tokens=16, runs=2, concurrency=(4,)).with_prompt()
         engine.stream(ChatRequest("tiny", "Hi", 4, 1.0, 42))
         base = AliasRecord(alias="tiny")
-        (record,) = concurrency(OneBrokenStream(engine), "tiny", protocol, base, lambda m: None)
+        kept: list[AliasRecord] = []
+        concurrency(OneBrokenStream(engine), "tiny", protocol, base, lambda m: None, kept.append)
+        (record,) = kept
     finally:
         engine.close()
     assert len(record.runs) == 7  # 2 batches of 4, one request failed
@@ -111,4 +114,4 @@ def test_a_failed_request_is_recorded_and_totals_count_only_measured_streams(rou
     assert "ValueError: not a ServerError" in error and error.startswith("batch 1, request ")
     assert any("1 of 4 requests failed; its total t/s counts only the 3 streams measured" in w
                for w in record.warnings)
-    assert record.total_tps > 0
+    assert level_of(record).total_tps > 0

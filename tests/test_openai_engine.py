@@ -15,6 +15,10 @@ from llm_bench.plan import ApiKeySource, Plan, PlanError, Protocol
 from llm_bench.results import load_results
 from llm_bench.runner import run_plan
 from llm_bench.testbed.presets import render_presets_ini
+from llm_bench.workloads import PARTS
+from llm_bench.workloads.categories import category_of
+from llm_bench.workloads.concurrency import level_of
+from llm_bench.workloads.prefix_cache import hit_of
 from tests.fake_vllm import FakeVllm, FakeVllmConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -117,23 +121,23 @@ def test_workloads_on_the_real_router(llama_server_bin, bed, router_factory, tmp
                 protocol=Protocol(max_tokens=64, runs=2, concurrency=(1, 2), prefix_prompt_tokens=1200,
                                   prefix_chars_per_token=1.0,  # the tiny models' vocabulary: one byte, one token
                                   workloads=("standard", "categories", "concurrency", "prefix-cache")))
-    records = load_results(run_plan(plan, lambda m: None).path).aliases
+    records = load_results(run_plan(plan, lambda m: None).path, PARTS).aliases
     by_workload: dict[str, list] = {}
     for r in records:
         by_workload.setdefault(r.workload, []).append(r)
-    assert [r.category for r in by_workload["category"]] == ["prose", "code", "json"]
+    assert [category_of(r) for r in by_workload["category"]] == ["prose", "code", "json"]
     assert all(len(r.runs) == 2 and not r.errors for r in by_workload["category"])
-    levels = {r.concurrency: r for r in by_workload["concurrency"]}
+    levels = {level_of(r).streams: r for r in by_workload["concurrency"]}
     assert set(levels) == {1, 2}
     # runs = 2 batches of 2 simultaneous streams
     assert len(levels[2].runs) == 2 * 2 and [r.batch for r in levels[2].runs] == [1, 1, 2, 2]
-    assert levels[2].total_tps > 0
+    assert level_of(levels[2]).total_tps > 0
     # cold prompts in every measured workload; the prefix-cache workload caches on purpose
     assert all(run.cache_n == 0 for r in records if r.workload != "prefix-cache" for run in r.runs)
     (prefix,) = by_workload["prefix-cache"]
     assert prefix.runs[0].prompt_tokens > 1000
-    assert prefix.prefix_cached_tokens and prefix.prefix_cached_tokens > 1000  # confirmed by timings.cache_n
-    assert "from cache" in prefix.prefix_evidence
+    assert hit_of(prefix).cached_tokens and hit_of(prefix).cached_tokens > 1000  # confirmed by timings.cache_n
+    assert "from cache" in hit_of(prefix).evidence
     assert all(r.unloaded_after for r in records)
 
     report = invoke("report", *map(str, tmp_path.glob("*.toml")))
@@ -160,9 +164,9 @@ def test_vllm_stream_and_metrics(tmp_path):
     assert proto["mean_acceptance_length"] == pytest.approx(3.0)
     assert proto["acceptance_per_position"] == [1.0, 1.0, 0.0, 0.0]
     assert proto["ttft_ms_median"] > 0
-    prefix = records["prefix-cache"]
-    assert "vllm:prefix_cache_hits_total grew" in prefix["prefix_evidence"]
-    assert prefix["prefix_warm_ttft_ms"] < prefix["prefix_cold_ttft_ms"]
+    prefix = records["prefix-cache"]["prefix-cache"]  # the workload's part, under [aliases.prefix-cache]
+    assert "vllm:prefix_cache_hits_total grew" in prefix["evidence"]
+    assert prefix["warm_ttft_ms"] < prefix["cold_ttft_ms"]
 
 
 def test_stream_cut_in_the_middle_is_recorded(tmp_path):
@@ -178,9 +182,9 @@ def test_concurrency_against_vllm_format(tmp_path):
     with FakeVllm() as vllm:
         plan = Plan(url=vllm.url, engine="openai", output_dir=tmp_path,
                     protocol=Protocol(max_tokens=30, runs=1, workloads=("concurrency",), concurrency=(1, 4)))
-        records = load_results(run_plan(plan, lambda m: None).path).aliases
-    x4 = next(r for r in records if r.concurrency == 4)
-    assert len(x4.runs) == 4 and x4.total_tps > 0
+        records = load_results(run_plan(plan, lambda m: None).path, PARTS).aliases
+    x4 = next(r for r in records if level_of(r).streams == 4)
+    assert len(x4.runs) == 4 and level_of(x4).total_tps > 0
     assert x4.spec is not None and x4.spec.draft_tokens > 0
 
 

@@ -3,11 +3,13 @@
 import pytest
 
 from llm_bench.report import load_rows, markdown_table
-from llm_bench.results import AliasRecord, ResultSet, ResultsWriter, RunRecord, min_samples, percentile
+from llm_bench.results import AliasRecord, ResultSet, ResultsWriter, RunRecord
+from llm_bench.support.stats import min_samples, percentile
+from llm_bench.workloads.concurrency import ConcurrencyLevel
 
 
 def record(ttfts):
-    return AliasRecord(alias="a", workload="concurrency", concurrency=4,
+    return AliasRecord(alias="a", workload="concurrency", part=ConcurrencyLevel(4),
                        runs=[RunRecord(ttft_ms=t, decode_tps=10.0) for t in ttfts])
 
 

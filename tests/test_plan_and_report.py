@@ -100,12 +100,12 @@ def test_plan_checks_section(tmp_path):
 
 
 def test_report_names_a_file_it_does_not_read(tmp_path):
-    soak = tmp_path / "soak.toml"
-    soak.write_text('[meta]\nformat = "llm-bench-soak/1"\n')
-    result = CliRunner().invoke(main, ["report", str(soak)])
+    newer = tmp_path / "newer.toml"
+    newer.write_text('[meta]\nformat = "llm-bench-soak/2"\n')
+    result = CliRunner().invoke(main, ["report", str(newer)])
     assert result.exit_code == 2 and "Traceback" not in result.output
-    assert f"{soak}: its meta.format is 'llm-bench-soak/1'; `llm-bench report` reads" in result.output
-    assert "power ('llm-bench-power/1') and capacity ('llm-bench-capacity/1')" in result.output
+    assert f"{newer}: its meta.format is 'llm-bench-soak/2'; `llm-bench report` reads" in result.output
+    assert "power ('llm-bench-power/1'), capacity ('llm-bench-capacity/1'), soak ('llm-bench-soak/1')" in result.output
     other = tmp_path / "other.toml"
     other.write_text("a = 1\n")
     assert "it has no meta.format" in CliRunner().invoke(main, ["report", str(other)]).output

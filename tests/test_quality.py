@@ -19,6 +19,7 @@ from llm_bench.results import (
     ResultsWriter,
     load_results,
 )
+from llm_bench.workloads import PARTS
 from llm_bench.workloads.quality import QUALITY, code_found, load_quality_set, quality, recall_prompt, trim_answer
 from llm_bench.workloads.quality.score import agreement, control_for, quality_rows
 from tests.fake_vllm import FakeVllm, FakeVllmConfig
@@ -128,7 +129,7 @@ def test_quality_records_round_trip_and_old_files_still_load(tmp_path: Path):
                      RecallProbe(32768, 0.5, "7194", skipped="beyond the context")]
     writer = ResultsWriter(tmp_path, ResultSet({"format": "llm-bench/1", "label": "t"}), "q")
     writer.add(record)
-    loaded = load_results(writer.path).aliases[0]
+    loaded = load_results(writer.path, PARTS).aliases[0]
     assert loaded.quality_outputs == record.quality_outputs
     assert loaded.questions == record.questions and loaded.recall == record.recall
     assert loaded.quality_comparison == "tokens" and loaded.configuration == "plain [quality]"
@@ -136,7 +137,7 @@ def test_quality_records_round_trip_and_old_files_still_load(tmp_path: Path):
     old = tmp_path / "old.toml"  # a file written before the quality workload existed
     old.write_text('[meta]\nformat = "llm-bench/1"\nlabel = "x"\n\n[[aliases]]\nalias = "a"\nworkload = "protocol"\n'
                    'comparable = true\n\n[[aliases.runs]]\ndecode_tps = 10.0\n')
-    (a,) = load_results(old).aliases
+    (a,) = load_results(old, PARTS).aliases
     assert a.quality_outputs == [] and a.recall == [] and a.questions == [] and a.workload == "standard"
     assert "Quality" not in markdown_table(load_rows([old]))
 
@@ -161,7 +162,9 @@ def test_the_openai_engine_gets_token_ids_from_vllms_format_and_a_unique_salt():
         assert c.text == "The secret code is 2533." and c.token_ids is not None and len(c.token_ids) == 5
         assert engine.context_length(fake.config.model) == 32768
         base = AliasRecord(alias=fake.config.model, engine="openai", decode_source="stream")
-        (record,) = quality(engine, fake.config.model, protocol, base, lambda _m: None)
+        kept: list[AliasRecord] = []
+        quality(engine, fake.config.model, protocol, base, lambda _m: None, kept.append)
+        (record,) = kept
         engine.close()
         salts = {salt for salt, _prompt in fake.state.seen_prompts}
     assert record.quality_comparison == "tokens"

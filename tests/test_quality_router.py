@@ -19,6 +19,7 @@ from llm_bench.report import find_baseline, load_rows, markdown_table
 from llm_bench.results import load_results
 from llm_bench.runner import run_plan
 from llm_bench.testbed.router import RouterProcess, start_router
+from llm_bench.workloads import PARTS
 from llm_bench.workloads.quality import QUALITY
 from llm_bench.workloads.quality.score import SPECULATION_CHANGED, quality_rows
 
@@ -46,7 +47,7 @@ def measured(smol_router: RouterProcess, tmp_path_factory: pytest.TempPathFactor
 
 
 def test_one_run_measures_speed_then_quality_for_every_preset(measured: Path):
-    records = load_results(measured).aliases
+    records = load_results(measured, PARTS).aliases
     assert [(r.alias, r.workload) for r in records] == [(a, w) for a in PRESETS for w in ("standard", "quality")]
     for r in records:
         assert not r.errors, (r.alias, r.errors)
@@ -60,14 +61,14 @@ def test_one_run_measures_speed_then_quality_for_every_preset(measured: Path):
 
 
 def test_the_plain_preset_finds_a_needle_in_the_middle(measured: Path):
-    plain = next(r for r in load_results(measured).aliases if r.alias == "smol-plain" and r.workload == "quality")
+    plain = next(r for r in load_results(measured, PARTS).aliases if r.alias == "smol-plain" and r.workload == "quality")
     probe = plain.recall[0]
     assert probe.found, probe.answer
     assert probe.expected in probe.answer
 
 
 def test_synthetic_acceptance_is_flagged_and_lossless_drafting_is_not(measured: Path):
-    records = {(r.alias, r.workload): r for r in load_results(measured).aliases}
+    records = {(r.alias, r.workload): r for r in load_results(measured, PARTS).aliases}
     # the server's own draft counters: the same random drafter is always rejected, unless synthetic
     # acceptance forces its tokens in; the model drafting for itself is accepted
     assert records["smol-random-draft", "standard"].spec.accepted_tokens == 0

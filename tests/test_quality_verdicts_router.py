@@ -26,6 +26,7 @@ from llm_bench.testbed.router import RouterProcess, start_router
 from llm_bench.testbed.tiny_gguf import TinyModelSpec, write_tiny_model
 from llm_bench.tune.plan import QualityGate
 from llm_bench.tune.search import gate_reasons, score
+from llm_bench.workloads import PARTS
 from llm_bench.workloads.quality import QUALITY
 from llm_bench.workloads.quality.score import (
     LOSSLESS,
@@ -78,7 +79,7 @@ def qrows(path: Path) -> dict:
 
 
 def test_every_configuration_is_forced_over_the_references_own_answers(measured: Path) -> None:
-    records = {r.alias: r for r in load_results(measured).aliases if r.workload == "quality"}
+    records = {r.alias: r for r in load_results(measured, PARTS).aliases if r.workload == "quality"}
     text = [(f.segment, f.token_ids, f.first) for f in records[PLAIN].forced]
     assert len(text) == 6 and all(first > 1 for _, _, first in text)  # after the chat template
     for alias in MEASURED:
@@ -127,7 +128,7 @@ def test_the_verdicts_reach_the_tables_the_summary_the_html_and_json_csv(measure
 
 
 def test_distributions_over_other_tokens_than_the_references_are_not_scored(measured: Path) -> None:
-    records = {r.alias: r for r in load_results(measured).aliases if r.workload == "quality"}
+    records = {r.alias: r for r in load_results(measured, PARTS).aliases if r.workload == "quality"}
     other = records[Q8]
     other.forced[2].token_ids[-1] += 1  # e.g. a results file from a run with another reference text
     found = distributions(records[PLAIN], other)
@@ -136,7 +137,7 @@ def test_distributions_over_other_tokens_than_the_references_are_not_scored(meas
 
 
 def test_tunes_quality_gate_takes_the_verdict(measured: Path) -> None:
-    records = {r.alias: r for r in load_results(measured).aliases if r.workload == "quality"}
+    records = {r.alias: r for r in load_results(measured, PARTS).aliases if r.workload == "quality"}
     scores = {name: score(records[name], records[PLAIN]) for name in (Q8, Q4, SELF_DRAFT)}
     gate = QualityGate()
     assert gate_reasons(scores[SELF_DRAFT], gate) == [] and gate_reasons(scores[Q8], gate) == []
@@ -162,7 +163,7 @@ def bad_input(bed: RouterProcess, tmp_path_factory: pytest.TempPathFactory) -> P
 
 
 def test_a_text_beyond_the_context_and_another_tokeniser_are_named_not_scored(bad_input: Path) -> None:
-    records = {r.alias: r for r in load_results(bad_input).aliases if r.workload == "quality"}
+    records = {r.alias: r for r in load_results(bad_input, PARTS).aliases if r.workload == "quality"}
     assert records[PLAIN].forced and records[PLAIN].forced[0].first == 1 and not records[PLAIN].forced_error
     assert "'tiny' tokenises the reference text differently from 'smol-plain'" in records[TINY].forced_error
     assert "takes" in records[SHORT].forced_error and "server reports 256" in records[SHORT].forced_error
@@ -183,10 +184,10 @@ def test_fewer_log_probabilities_than_asked_and_a_server_without_prompt_logprobs
     text.write_text("a short text for the tiny model")
     few = Plan(url=bed.url, aliases=(TINY,), label="few", output_dir=tmp_path,
                protocol=protocol(("quality",), text_file=text, exact_items_per_kind=0, top_k=300))
-    record = next(r for r in load_results(run_plan(few, print).path).aliases if r.workload == "quality")
+    record = next(r for r in load_results(run_plan(few, print).path, PARTS).aliases if r.workload == "quality")
     assert "'tiny', position 1: the server listed" in record.forced_error and "where 300 were asked" in record.forced_error
     # llama-server through the OpenAI engine: /v1/completions has no prompt_logprobs
     none = Plan(url=bed.url, aliases=(TINY,), label="none", output_dir=tmp_path, engine="openai",
                 protocol=protocol(("quality",), text_file=text, exact_items_per_kind=0))
-    record = next(r for r in load_results(run_plan(none, print).path).aliases if r.workload == "quality")
+    record = next(r for r in load_results(run_plan(none, print).path, PARTS).aliases if r.workload == "quality")
     assert "no position to ask log-probabilities for" in record.forced_error and not record.forced

@@ -11,10 +11,12 @@ from llm_bench.report.export import to_csv, to_json
 from llm_bench.report.html import render_html
 from llm_bench.report.rows import base_for, find_baseline
 from llm_bench.results import AliasRecord, ResultSet, RunRecord
+from llm_bench.workloads.categories import PromptCategory
 
 
 def record(alias: str, rates: list[float], category: str | None = None) -> AliasRecord:
-    return AliasRecord(alias=alias, workload="category" if category else "standard", category=category,
+    return AliasRecord(alias=alias, workload="category" if category else "standard",
+                       part=PromptCategory(category) if category else None,
                        runs=[RunRecord(decode_tps=r, client_decode_tps=r, ttft_ms=100.0, finish_reason="length")
                              for r in rates],
                        preset_args=["llama-server", "--ctx-size", "4096", "-ctk", "q8_0", "--spec-type", "draft-mtp",

@@ -11,10 +11,11 @@ from llm_bench.results import (
     ResultsWriter,
     RunRecord,
     load_results,
-    percentile,
     results_stem,
     spec_from_runs,
 )
+from llm_bench.support.stats import percentile
+from llm_bench.workloads import PARTS
 
 
 def record() -> AliasRecord:
@@ -50,7 +51,7 @@ def test_round_trip(tmp_path):
     writer = ResultsWriter(tmp_path, ResultSet({"format": "llm-bench/1", "label": "x"}), "stem")
     writer.add(record())
     writer.finish(datetime(2026, 11, 30, tzinfo=timezone.utc))
-    loaded = load_results(writer.path)
+    loaded = load_results(writer.path, PARTS)
     assert loaded.meta["complete"] is True
     assert loaded.aliases[0].runs[1].decode_tps == 30.0
     assert loaded.aliases[0].spec.acceptance_rate == pytest.approx(0.5)
@@ -72,15 +73,15 @@ def test_not_a_results_file(tmp_path):
     path = tmp_path / "x.toml"
     path.write_text("a = 1\n")
     with pytest.raises(ResultsFileError, match="not an llm-bench results file"):
-        load_results(path)
+        load_results(path, PARTS)
     path.write_text("a = \n")
     with pytest.raises(ResultsFileError, match="not valid TOML"):
-        load_results(path)
+        load_results(path, PARTS)
     path.write_bytes(b"\x89PNG\r\n")  # a chart given by mistake
     with pytest.raises(ResultsFileError, match=re.escape(f"{path} is not a text file")):
-        load_results(path)
+        load_results(path, PARTS)
     with pytest.raises(ResultsFileError, match=re.escape(f"{tmp_path} cannot be read")):
-        load_results(tmp_path)  # a folder: IsADirectoryError
+        load_results(tmp_path, PARTS)  # a folder: IsADirectoryError
 
 
 def test_percentile_interpolates_like_numpy():

@@ -18,6 +18,7 @@ from llm_bench.results import load_results
 from llm_bench.runner import RunAborted, run_plan
 from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.testbed.router import free_port
+from llm_bench.workloads import PARTS
 from tests.fake_nvml import FakeGpu, FakeNvml
 
 ALIASES = ["tiny-draft", "tiny-draft-synth", "tiny-ngram", "tiny-plain"]
@@ -141,7 +142,7 @@ def test_vram_in_use_marks_not_comparable_and_strict_refuses(router, tmp_path):
     busy = FakeNvml(gpus=[FakeGpu(used_mib=3000)])
     plan = Plan(url=router.url, aliases=("tiny-plain",), output_dir=tmp_path / "loose",
                 protocol=Protocol(max_tokens=16, runs=1))
-    record = load_results(run_plan(plan, lambda m: None, nvml=Nvml(busy)).path).aliases[0]
+    record = load_results(run_plan(plan, lambda m: None, nvml=Nvml(busy)).path, PARTS).aliases[0]
     assert record.comparable is False
     assert "GPU0 (3000 MiB)" in record.not_comparable_reason
     assert record.vram_used_mib_before == [3000.0]
@@ -149,7 +150,7 @@ def test_vram_in_use_marks_not_comparable_and_strict_refuses(router, tmp_path):
 
     strict = Plan(url=router.url, aliases=("tiny-plain",), output_dir=tmp_path / "strict",
                   protocol=Protocol(max_tokens=16, runs=1, strict=True))
-    record = load_results(run_plan(strict, lambda m: None, nvml=Nvml(busy)).path).aliases[0]
+    record = load_results(run_plan(strict, lambda m: None, nvml=Nvml(busy)).path, PARTS).aliases[0]
     assert record.runs == []
     assert "not measured (--strict)" in record.errors[0]
 
@@ -166,7 +167,7 @@ def test_load_failure_is_recorded_and_the_run_goes_on(router_factory, bed, tmp_p
     assert result.exit_code == RAN_WITH_FAILURES == 1
     assert "some aliases failed" in result.output
     (path,) = (tmp_path / "out").glob("*.toml")
-    records = {a.alias: a for a in load_results(path).aliases}
+    records = {a.alias: a for a in load_results(path, PARTS).aliases}
     assert not records["broken"].runs
     assert "broken failed to load" in records["broken"].errors[0]  # the router's own message
     assert records["fine"].errors == [] and records["fine"].runs
@@ -184,7 +185,7 @@ def test_server_dying_mid_run_aborts_with_results_kept(router_factory, bed, tmp_
     with pytest.raises(RunAborted, match="results so far are in"):
         run_plan(plan, log)
     (path,) = tmp_path.glob("*.toml")
-    records = load_results(path).aliases
+    records = load_results(path, PARTS).aliases
     assert records[0].alias == "tiny-plain" and records[0].runs
     assert records[1].alias == "tiny-ngram" and "cannot connect" in records[1].errors[0]
 
@@ -211,7 +212,7 @@ def test_results_record_the_nixos_package_and_the_forks_revision(router, tmp_pat
     def meta_of(url: str) -> dict:
         plan = Plan(url=url, aliases=("tiny-plain",), output_dir=tmp_path / "results",
                     protocol=Protocol(runs=1, max_tokens=8), checks=Checks(marker=marker))
-        return load_results(run_plan(plan, lambda m: None, nvml=Nvml(FakeNvml(gpus=[]))).path).meta
+        return load_results(run_plan(plan, lambda m: None, nvml=Nvml(FakeNvml(gpus=[]))).path, PARTS).meta
 
     meta = meta_of(router.url)
     assert meta["llama_cpp_package"] == {

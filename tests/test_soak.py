@@ -50,7 +50,7 @@ def test_bounded_by_request_count_with_the_plain_kinds(router, tmp_path):
     assert data["requests_total"] == 9 and data["requests_failed"] == 0 and data["stopped_by"] == "max-requests"
     assert {r["kind"] for r in data["requests"]} == set(PLAIN_KINDS)
     assert sum(r["kind"] == "concurrent" for r in data["requests"]) == 2
-    # 9 requests: p50, and the max in place of p90/p99 (results.min_samples)
+    # 9 requests: p50, and the max in place of p90/p99 (support.stats.min_samples)
     assert data["ttft_ms"]["p50"] > 0 and data["decode_tps"]["max"] > 0 and data["decode_tps"]["n"] == 9
     assert "p90" not in data["decode_tps"] and "p99" not in data["ttft_ms"]
     assert {t["metric"] for t in data["trends"]} >= {"decode_tps", "ttft_ms"}

@@ -15,6 +15,7 @@ from llm_bench.gpu.telemetry import COUNTER, INTEGRATION, summarise
 from llm_bench.plan import Plan, Protocol
 from llm_bench.results import load_results
 from llm_bench.runner import run_plan
+from llm_bench.workloads import PARTS
 from tests.fake_nvml import FakeGpu, FakeNvml
 
 ENERGY = "nvmlDeviceGetTotalEnergyConsumption"
@@ -80,7 +81,7 @@ def measure(router, tmp_path, fake, aliases=("tiny-plain",)) -> Path:
 def test_run_samples_telemetry_during_the_measured_runs(router, bed, tmp_path):
     path = measure(router, tmp_path, FakeNvml(gpus=[FakeGpu(), FakeGpu(used_mib=900)]),
                    aliases=("tiny-plain", "tiny-draft-synth"))
-    records = load_results(path).aliases
+    records = load_results(path, PARTS).aliases
     data = tomllib.loads(path.read_text())
     for record in records:
         t = record.telemetry
@@ -97,13 +98,13 @@ def test_run_samples_telemetry_during_the_measured_runs(router, bed, tmp_path):
 
 def test_power_integration_when_the_counter_is_not_supported(router, tmp_path):
     fake = FakeNvml(fail={ENERGY: pynvml.NVML_ERROR_NOT_SUPPORTED})
-    record = load_results(measure(router, tmp_path, fake)).aliases[0]
+    record = load_results(measure(router, tmp_path, fake), PARTS).aliases[0]
     assert record.telemetry["energy_source"] == INTEGRATION
     assert record.telemetry["energy_j"] == pytest.approx(280.0 * record.telemetry["duration_s"], rel=0.05)
 
 
 def test_no_nvml_means_no_telemetry_not_zero(router, tmp_path):
-    record = load_results(measure(router, tmp_path, FakeNvml(init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED))).aliases[0]
+    record = load_results(measure(router, tmp_path, FakeNvml(init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)), PARTS).aliases[0]
     assert record.telemetry is None and record.roofline_tps is None and record.runs
 
 

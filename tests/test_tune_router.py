@@ -26,6 +26,7 @@ from llm_bench.engines.client import RouterClient
 from llm_bench.results import load_results
 from llm_bench.support.poll import poll_until
 from llm_bench.tune.search import SCREEN, TUNE
+from llm_bench.workloads import PARTS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -146,12 +147,12 @@ def test_interrupted_tune_keeps_measurements_and_resumes(tuned: Tuned) -> None:
     assert "Search cost: 4 presets" in tuned.first.stderr and "Estimated time:" in tuned.first.stderr
     interrupted = [p for p in (tuned.folder / "out").glob("llm-bench-*-tune-sm*.toml") if p != tuned.results]
     assert interrupted, "the interrupted tune left no results file"
-    kept = load_results(interrupted[0])
+    kept = load_results(interrupted[0], PARTS)
     assert kept.meta["complete"] is False and len([a for a in kept.aliases if a.target == SCREEN]) >= 2
     # The second run measured none of those again.
     m = re.search(r"resuming: (\d+) preset\(s\) already screened", tuned.second.stderr)
     assert m and int(m.group(1)) >= 2, tuned.second.stderr[:2000]
-    final = load_results(tuned.results)
+    final = load_results(tuned.results, PARTS)
     names = [a.alias for a in final.aliases if a.target == SCREEN]
     assert sorted(names) == sorted(set(names)) and len(names) == 4, names
     # The temporary router is gone: its port no longer answers.
@@ -161,7 +162,7 @@ def test_interrupted_tune_keeps_measurements_and_resumes(tuned: Tuned) -> None:
 
 
 def test_invalid_combinations_are_recorded_with_the_servers_message(tuned: Tuned) -> None:
-    final = load_results(tuned.results)
+    final = load_results(tuned.results, PARTS)
     bad = {a.alias: a for a in final.aliases if a.target == SCREEN and a.errors}
     assert set(bad) == {"sm-q4-nofa"}, bad.keys()
     for record in bad.values():
@@ -172,7 +173,7 @@ def test_invalid_combinations_are_recorded_with_the_servers_message(tuned: Tuned
 
 
 def test_winner_has_a_verdict_and_passed_the_quality_gate(tuned: Tuned) -> None:
-    final = load_results(tuned.results)
+    final = load_results(tuned.results, PARTS)
     tune = final.meta["tune"]
     outcome = tune["outcome"]
     winner = outcome["winner"]
@@ -223,7 +224,7 @@ def test_the_snippet_is_accepted_by_the_module_and_the_real_router(tuned: Tuned,
     from tests.test_nix_modules import ALL, LLAMAMPERE_SRC, NVIDIA, harness
 
     snippet = snippet_of(tuned.second.stdout)
-    winner = load_results(tuned.results).meta["tune"]["outcome"]["winner"]
+    winner = load_results(tuned.results, PARTS).meta["tune"]["outcome"]["winner"]
     config = nix_eval(f"{harness()}.summary [ {ALL} {LLAMAMPERE_SRC} {NVIDIA} {{ {snippet} }} ]")
     assert config["failedAssertions"] == []
     ini = config["presetsIni"]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from llm_bench.results import load_results
 from llm_bench.tune.search import SCREEN, TUNE
+from llm_bench.workloads import PARTS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,7 +24,7 @@ def test_existing_presets_are_compared_without_serving_anything(router, tmp_path
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "temporary router" not in proc.stderr  # nothing was started
     assert "Search cost: 2 presets (1 candidates and the control)" in proc.stderr
-    result = load_results(next(out.glob("llm-bench-*-tune-tune.toml")))
+    result = load_results(next(out.glob("llm-bench-*-tune-tune.toml")), PARTS)
     tune = result.meta["tune"]
     assert tune["control"] == "tiny-plain" and tune["mode"] == "existing router"
     assert sorted(a.alias for a in result.aliases if a.target == SCREEN) == ["tiny-ngram", "tiny-plain"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from llm_bench.capacity.records import AliasCapacity, Level, Search
 from llm_bench.capacity.settings import Objective
-from llm_bench.results import Tail
 from llm_bench.support.numbers import fmt
+from llm_bench.support.stats import Tail
 from llm_bench.tables import Cell, Table
 from llm_bench.tables import markdown as table_markdown
 

@@ -1,7 +1,7 @@
 """What capacity keeps: every request with its schedule, each level's verdict, each search's answer.
 
 Nothing here talks to a server: a level is judged from its requests alone, so every rule can be tested
-with made-up records. Tails follow the results file's one rule (``results.tail_of``): a percentile only
+with made-up records. Tails follow the results file's one rule (``support.stats.tail_of``): a percentile only
 where the samples are enough for it, else the extreme value, labelled so. For the objective that is the
 stricter reading: the max TTFT is at least its p95, the min decode rate at most its p10.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 from llm_bench.capacity.settings import Objective
 from llm_bench.engines.stream import StreamMeasurement
-from llm_bench.results import Tail, min_samples, percentile, tail_of
+from llm_bench.support.stats import Tail, min_samples, percentile, tail_of
 
 PROBE, WARMUP, WINDOW, COOLDOWN = "probe", "warmup", "window", "cooldown"
 # An open-loop level that stopped because too many requests were in flight: it breaks the objective.

@@ -1,6 +1,7 @@
 """A capacity results file read back for ``llm-bench report``: its answers and levels (Markdown), its curve
 (a chart file), and its section of the HTML report (the answers, the curve as inline SVG, each search's
-levels). Every level is judged again from its requests, so what is shown is what the requests say.
+levels), registered as the report's capacity source. Every level is judged again from its requests, so
+what is shown is what the requests say.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from llm_bench.capacity.records import AliasCapacity
 from llm_bench.capacity.session import FORMAT
 from llm_bench.capacity.settings import Objective
 from llm_bench.report.html import inline_svg, table_html
+from llm_bench.report.sources import Shown, Source, numbered
 from llm_bench.results import ResultsFileError
 from llm_bench.validation import PlanError
 
@@ -87,3 +89,18 @@ def capacity_html(results: Sequence[CapacityResults]) -> str:
 def capacity_provenance(results: Sequence[CapacityResults]) -> list[dict[str, Any]]:
     """Each file's meta for the report's provenance, labelled as a capacity run."""
     return [dict(r.meta, label=f"capacity {r.name}") for r in results]
+
+
+def show(results: Sequence[CapacityResults]) -> Shown:
+    return Shown(markdown="\n".join(r.markdown() for r in results),
+                 sections=(capacity_html(results),) if results else (),
+                 provenance=tuple(capacity_provenance(results)))
+
+
+def charts(results: Sequence[CapacityResults], path: Path) -> list[Path]:
+    """Each capacity file's curve: to ``path`` for one file, else ``path`` with the file's number."""
+    return [draw_capacity_chart(r.aliases, r.objective, numbered(path, n, len(results)))
+            for n, r in enumerate(results, 1)]
+
+
+SOURCE = Source("capacity", FORMAT, "capacity", load=capacity_of, show=show, charts=charts)

@@ -98,6 +98,19 @@ class FailoverRun:
         data["requests"] = [_drop_none(asdict(r)) for r in sorted(self.requests, key=lambda r: r.sent_s)]
         return data
 
+    @classmethod
+    def from_toml(cls, data: dict[str, Any]) -> FailoverRun:
+        """The run as its file keeps it (the figures and phases are computed again from the requests)."""
+        commands = {name: Command(**_known(Command, data[name])) for name in ("stop", "start") if name in data}
+        return cls(url=str(data["url"]), model=str(data["model"]), primary=data.get("primary"),
+                   requests=[Request(**_known(Request, r)) for r in data.get("requests", [])],
+                   stop=commands.get("stop"), start=commands.get("start"), ended_s=data.get("ended_s"),
+                   problems=list(data.get("problems", [])))
+
+
+def _known(kind: Any, data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k in kind.__dataclass_fields__}
+
 
 def _drop_none(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if v is not None}

@@ -20,6 +20,7 @@ from llm_bench.fingerprint import fingerprint_facts, is_available
 from llm_bench.gpu.roofline import model_bytes
 from llm_bench.preset_args import parse_args
 from llm_bench.results import FORMAT, AliasRecord, ResultsFileError, file_format, read_toml, result_set_of
+from llm_bench.workloads import PARTS
 
 SKIP_FORMAT = "llm-bench-history-skip/1"
 # The instance's own address, given by the router per start: not part of what a preset measures.
@@ -211,7 +212,7 @@ def points_of(path: Path, data: dict[str, Any], into: Inputs) -> None:
                             f"history follows the results of run, tune and demo, {FORMAT!r})")
         return
     try:
-        result_set = result_set_of(path, data)
+        result_set = result_set_of(path, data, PARTS)
     except (KeyError, TypeError, ValueError) as e:
         raise HistoryInputError(f"{path}: its records cannot be read ({type(e).__name__}: {e}); "
                                 "move the file out of the history or restore it") from e

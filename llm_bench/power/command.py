@@ -16,10 +16,9 @@ from llm_bench.gpu.nvml import Nvml
 from llm_bench.power import limits
 from llm_bench.power.limits import LimitResult
 from llm_bench.power.measure import measurer
+from llm_bench.power.sweeps import FORMAT, PowerSweep, power_table
 from llm_bench.prompts import shipped_prompt
 from llm_bench.provenance import provenance, server_build
-from llm_bench.report.rows import POWER_FORMAT, PowerSweep
-from llm_bench.report.table import power_table
 from llm_bench.results import reserve_path, results_stem, write_toml
 from llm_bench.tables import markdown
 
@@ -73,7 +72,7 @@ def run_power(server: Engine, nvml: Nvml, settings: PowerSettings, output_dir: P
     chosen = list(settings.gpus) or list(range(nvml.count()))
     request = ChatRequest(model, shipped_prompt(settings.prompt_name), settings.max_tokens, 1.0, 42)
     # the fingerprint before the warm-up loads the model: the memory in use is the rig's, not the model's
-    meta = provenance(POWER_FORMAT, nvml, server_build=server_build(server), server_url=server.base_url) | {
+    meta = provenance(FORMAT, nvml, server_build=server_build(server), server_url=server.base_url) | {
         "server_url": server.base_url, "alias": model, "gpus_limited": chosen, "limits_w": list(settings.limits_w),
         "runs": settings.runs, "max_tokens": settings.max_tokens, "settle_s": settings.settle_s}
     log(f"Warming up {model} ...")

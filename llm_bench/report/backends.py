@@ -8,6 +8,7 @@ from dataclasses import replace
 import httpx
 
 from llm_bench.results import AliasRecord
+from llm_bench.workloads.concurrency import ConcurrencyLevel
 
 
 def backend_label(api_base: str) -> str:
@@ -32,7 +33,10 @@ def split_by_backend(record: AliasRecord) -> list[tuple[str | None, AliasRecord]
     parts: list[tuple[str | None, AliasRecord]] = []
     for backend in backends:
         runs = [run for run in record.runs if run.backend == backend]
-        part = replace(record, runs=runs, spec=None, total_tps=None, warnings=[
+        level = record.part
+        if isinstance(level, ConcurrencyLevel):  # a batch's throughput is the whole batch's
+            level = replace(level, total_tps=None)
+        part = replace(record, runs=runs, spec=None, part=level, warnings=[
             *record.warnings, f"{len(runs)} of {len(record.runs)} requests, answered by {backend}"])
         parts.append((backend_label(backend), part))
     return parts

@@ -12,8 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from llm_bench.report.rows import PowerSweep
-from llm_bench.report.table import all_tables, main_table, power_table
+from llm_bench.report.table import all_tables, main_table
 from llm_bench.report.verdict import CONFIDENCE, MIN_EFFECT
 from llm_bench.tables import Row, Table
 
@@ -21,8 +20,9 @@ JSON_FORMAT = "llm-bench-report/1"
 
 
 def report_data(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None,
-                power: Sequence[PowerSweep] = ()) -> dict[str, Any]:
-    tables = all_tables(rows, baseline, min_effect) + [t for t in [power_table(power)] if t is not None]
+                extra: Sequence[Table] = ()) -> dict[str, Any]:
+    """Every table, with the verdicts' method; ``extra``: the tables of other results files (report.sources)."""
+    tables = all_tables(rows, baseline, min_effect) + list(extra)
     return {
         "format": JSON_FORMAT,
         "baseline": None if baseline is None else baseline.configuration,
@@ -33,8 +33,8 @@ def report_data(rows: Sequence[Row], baseline: Row | None = None, min_effect: fl
 
 
 def to_json(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None,
-            power: Sequence[PowerSweep] = ()) -> str:
-    return json.dumps(report_data(rows, baseline, min_effect, power), indent=2, ensure_ascii=False) + "\n"
+            extra: Sequence[Table] = ()) -> str:
+    return json.dumps(report_data(rows, baseline, min_effect, extra), indent=2, ensure_ascii=False) + "\n"
 
 
 def _csv_value(value: Any) -> Any:
@@ -58,12 +58,12 @@ def table_csv(table: Table) -> str:
 
 
 def to_csv(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None,
-           table: str = "main") -> str:
+           table: str = "main", extra: Sequence[Table] = ()) -> str:
     """One table (by its JSON key; the main table by default), one line per row, one column per key (empty
     where there is no figure)."""
     if table == "main":
         return table_csv(main_table(rows, baseline, min_effect))
-    tables = {t.key: t for t in all_tables(rows, baseline, min_effect)}
+    tables = {t.key: t for t in [*all_tables(rows, baseline, min_effect), *extra]}
     if table not in tables:
         raise ValueError(f"--table {table}: these results have no such table; they have: "
                          f"{', '.join(['main', *(k for k in tables if k != 'main')])}")

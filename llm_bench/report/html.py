@@ -23,7 +23,6 @@ from llm_bench.report.chart import draw_chart
 from llm_bench.report.rows import (
     BASELINE,
     NOT_COMPARABLE,
-    PowerSweep,
     find_baseline,
     rows_of,
     speed_rows,
@@ -240,11 +239,12 @@ def _provenance_html(sets: Sequence[ResultSet], rows: Sequence[Row]) -> str:
 
 def render_html(sets: Sequence[ResultSet], baseline: str | None = None, *, title: str | None = None,
                 failures: dict[str, str] | None = None, min_effect: float | None = None,
-                rows: Sequence[Row] | None = None, power: Sequence[PowerSweep] = (),
+                rows: Sequence[Row] | None = None, tables: Sequence[Table] = (),
                 sections: Sequence[str] = (), provenance: Sequence[dict[str, Any]] = ()) -> str:
     """The whole page for these results: summary, chart, main table, the sections that exist, provenance.
-    ``sections``: HTML sections of results the rows do not hold (a capacity run's), before the provenance,
-    whose files' ``meta`` go in ``provenance``."""
+    ``tables`` and ``sections``: what results files the rows do not hold add (a power sweep's table among the
+    other measurements, a capacity run's own section, report.sources), before the provenance, whose files'
+    ``meta`` go in ``provenance``."""
     rows = list(rows) if rows is not None else rows_of(sets)
     base = find_baseline(rows, baseline) if isinstance(baseline, str) else None
     title = title or "llm-bench report"
@@ -265,12 +265,11 @@ def render_html(sets: Sequence[ResultSet], baseline: str | None = None, *, title
                   f"side of 1 and the ratio differs by at least {effect:.0%}; otherwise within noise.")
         note = f'<p class="note">{_e(method)}</p>' if base else ""
         body.append(f'<section id="results"><h2>Configurations</h2>{table_html(main, "main-table")}{note}</section>')
-    extra = [table_html(t, t.key) for t in section_tables(rows, power, base)] + workload_charts_html(rows)
+    extra = [table_html(t, t.key) for t in section_tables(rows, base, tables)] + workload_charts_html(rows)
     if extra:
         body.append('<section id="sections"><h2>Other measurements</h2>' + "\n".join(extra) + "</section>")
     body.extend(sections)
-    body.append(_provenance_html([*sets, *(ResultSet(dict(p.meta, label=f"power sweep {p.path.name}")) for p in power),
-                                  *(ResultSet(meta) for meta in provenance)], rows))
+    body.append(_provenance_html([*sets, *(ResultSet(meta) for meta in provenance)], rows))
     labels = sorted({r.label for r in rows if r.label})
     subtitle = (f"{len(speed_rows(rows))} configuration(s)" + (f" from {', '.join(labels)}" if labels else "")
                 + (f"; baseline {base.configuration}" if base else ""))

@@ -1,33 +1,21 @@
-"""Results files merged into rows (one per configuration) and the facts each row shows."""
+"""Results files merged into rows (one per configuration) and the facts each row shows; speed-up and verdict per row."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from llm_bench.preset_args import preset_facts
 from llm_bench.report.backends import split_by_backend
 from llm_bench.report.verdict import Verdict, verdict
-from llm_bench.results import AliasRecord, ResultSet, file_format, load_results, result_set_of
+from llm_bench.results import AliasRecord, ResultSet, load_results
 from llm_bench.tables import Row
-from llm_bench.workloads import REGISTRY
+from llm_bench.workloads import PARTS, REGISTRY
+from llm_bench.workloads.categories import category_of
 from llm_bench.workloads.standard import STANDARD
 
 # The records the headline table, the chart and the verdicts compare: one stream at a time.
 SPEED_RECORDS = {w.record_name for w in REGISTRY if w.speed}
-# ``llm-bench power`` writes its sweeps in their own format; the report shows them in a section of their own.
-POWER_FORMAT = "llm-bench-power/1"
-
-
-@dataclass(frozen=True)
-class PowerSweep:
-    """One ``llm-bench power`` file: its provenance and one mapping per power limit (power.limits.LimitResult)."""
-
-    path: Path
-    meta: dict
-    limits: list[dict]
 
 
 def load_rows(paths: Sequence[Path]) -> list[Row]:
@@ -35,18 +23,7 @@ def load_rows(paths: Sequence[Path]) -> list[Row]:
 
 
 def load_sets(paths: Sequence[Path]) -> list[ResultSet]:
-    return [load_results(p) for p in paths]
-
-
-def inputs_of(files: Mapping[Path, dict[str, Any]]) -> tuple[list[ResultSet], list[PowerSweep]]:
-    """Results files and power-sweep files (as ``results.read_toml`` read them), told apart by ``meta.format``."""
-    sets, sweeps = [], []
-    for path, data in files.items():
-        if file_format(data) == POWER_FORMAT:
-            sweeps.append(PowerSweep(path, data["meta"], list(data.get("limits", []))))
-        else:
-            sets.append(result_set_of(path, data))
-    return sets, sweeps
+    return [load_results(p, PARTS) for p in paths]
 
 
 def rows_of(sets: Sequence[ResultSet]) -> list[Row]:
@@ -61,10 +38,12 @@ def rows_from_sets(sets: Sequence[ResultSet], qualify: bool) -> list[Row]:
     for result_set in sets:
         for record in result_set.aliases:
             label = record.target or result_set.meta.get("label", "")
-            name = f"{label} / {record.configuration}" if qualify and label else record.configuration
+            prefix = f"{label} / " if qualify and label else ""
             for backend, part in split_by_backend(record):
-                named = name if backend is None else f"{name} @ {backend}"
-                rows[named] = Row(named, part, label, record.engine or result_set.meta.get("engine", ""))
+                at = "" if backend is None else f" @ {backend}"
+                named = f"{prefix}{record.configuration}{at}"
+                group = f"{prefix}{record.alias}{at}"
+                rows[named] = Row(named, part, label, record.engine or result_set.meta.get("engine", ""), group)
     return list(rows.values())
 
 
@@ -102,10 +81,10 @@ def context_of(record: AliasRecord) -> str:
 def base_for(row: Row, rows: Sequence[Row], baseline: Row) -> Row:
     """What a row is compared with: the baseline, or for a prompt category the baseline's own record of that
     category when it was measured (code against code: drafting accepts far more on code than on prose)."""
-    category = row.record.category
-    if category and baseline.record.category != category:
+    category = category_of(row.record)
+    if category and category_of(baseline.record) != category:
         for other in rows:
-            if (other.record.category == category and other.record.alias == baseline.record.alias
+            if (category_of(other.record) == category and other.record.alias == baseline.record.alias
                     and other.label == baseline.label):
                 return other
     return baseline

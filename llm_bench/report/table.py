@@ -14,7 +14,6 @@ from typing import Any
 from llm_bench.preset_args import kv_types, speculation
 from llm_bench.report.rows import (
     BASELINE,
-    PowerSweep,
     base_for,
     context_of,
     sort_fastest_first,
@@ -206,30 +205,6 @@ def telemetry_table(rows: Sequence[Row]) -> Table | None:
                  frozenset({"Configuration", "Energy from"}))
 
 
-def power_table(sweeps: Sequence[PowerSweep]) -> Table | None:
-    """``llm-bench power`` sweeps: decode rate, energy and heat at each power limit."""
-    if not sweeps:
-        return None
-    header = ["Configuration", "Limit W", "Decode t/s", "Tokens/J", "J/token", "Mean power W", "Max temp C",
-              "SM clock MHz", "Energy from", "Notes"]
-    fields = [("limit_w", 0), ("decode_tps", 1), ("tokens_per_joule", 3), ("joules_per_token", 2),
-              ("mean_power_w", 1), ("max_temperature_c", 0), ("mean_sm_clock_mhz", 0)]
-    lines = []
-    for sweep in sweeps:
-        name = str(sweep.meta.get("alias", sweep.path.name))
-        for limit in sweep.limits:
-            figures = {k: v for k, v in limit.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-            if figures.get("tokens_per_joule"):
-                figures["joules_per_token"] = 1.0 / figures["tokens_per_joule"]
-            cells = [Cell(name, {"configuration": name})]
-            cells += [Cell(fmt(figures.get(key), digits), {key: figures.get(key)}) for key, digits in fields]
-            cells.append(Cell(str(limit.get("energy_source", "-")), {"energy_source": limit.get("energy_source")}))
-            errors = [str(e) for e in limit.get("errors", [])]
-            cells.append(Cell("FAILED: " + "; ".join(errors) if errors else "", {"errors": errors}))
-            lines.append(cells)
-    return Table("Power limits", "power", header, lines, frozenset({"Configuration", "Energy from", "Notes"}))
-
-
 def all_tables(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> list[Table]:
     """The main table (when there is anything to compare), then one per extra workload measured."""
     main = main_table(rows, baseline, min_effect)
@@ -241,10 +216,10 @@ def workload_tables(rows: Sequence[Row], baseline: Row | None) -> list[Table]:
     return [t for w in REGISTRY for t in w.tables(rows, baseline)]
 
 
-def section_tables(rows: Sequence[Row], power: Sequence[PowerSweep] = (), baseline: Row | None = None) -> list[Table]:
+def section_tables(rows: Sequence[Row], baseline: Row | None = None, extra: Sequence[Table] = ()) -> list[Table]:
     """The tables after the main one that the HTML report shows: extra workloads (quality against the baseline),
-    GPU telemetry, power sweeps."""
-    return workload_tables(rows, baseline) + [t for t in (telemetry_table(rows), power_table(power)) if t is not None]
+    GPU telemetry, then those of other results files (a power sweep's: report.sources)."""
+    return workload_tables(rows, baseline) + [t for t in (telemetry_table(rows),) if t is not None] + list(extra)
 
 
 def markdown_table(rows: Sequence[Row], baseline: Row | None = None, min_effect: float | None = None) -> str:

@@ -17,10 +17,10 @@ from llm_bench.gpu.nvml import Nvml
 from llm_bench.provenance import provenance, server_build
 from llm_bench.results import reserve_path, results_stem, write_toml
 from llm_bench.soak import traffic
+from llm_bench.soak.traffic import FORMAT as SOAK_FORMAT
 from llm_bench.soak.traffic import SoakResult, SoakSettings
 
 Log = Callable[[str], None]
-SOAK_FORMAT = "llm-bench-soak/1"
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,22 @@
-"""The soak's report: its headline, the Markdown (failures, restarts, percentiles, drift) and the chart."""
+"""The soak's report: its headline, the Markdown (failures, restarts, percentiles, drift) and the chart; and a
+soak results file read back for ``llm-bench report`` (its source: the same Markdown, chart and an HTML section)."""
 
 from __future__ import annotations
 
+import functools
 import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from html import escape
 from pathlib import Path
+from typing import Any
 
-from llm_bench.results import Tail
-from llm_bench.soak.traffic import KINDS, SoakResult
+from llm_bench.report.html import inline_svg
+from llm_bench.report.sources import Shown, Source, numbered
+from llm_bench.results import ResultsFileError
+from llm_bench.soak.traffic import FORMAT, KINDS, SoakResult
 from llm_bench.support.plotting import figure
+from llm_bench.support.stats import Tail
 
 
 def tail_cell(tail: Tail) -> str:
@@ -116,3 +125,57 @@ def draw_soak_chart(result: SoakResult, path: Path, title: str | None = None) ->
         axes[-1].set_xlabel("seconds since the start of the soak (red lines: failed requests)")
         fig.suptitle(title or f"Soak: {len(result.requests)} requests, {sum(result.failures.values())} failed")
     return path
+
+
+@dataclass(frozen=True)
+class SoakFile:
+    """One soak results file read back."""
+
+    path: Path
+    meta: dict[str, Any]
+    result: SoakResult
+
+
+def soak_of(path: Path, data: dict[str, Any]) -> SoakFile:
+    """A soak results file, as ``results.read_toml`` read it."""
+    meta, soak = data.get("meta"), data.get("soak")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ResultsFileError(f"{path} is not an llm-bench soak results file (no meta.format = {FORMAT!r})")
+    if not isinstance(soak, dict):
+        raise ResultsFileError(f"{path}: a soak results file without its [soak] table (was it cut short "
+                               "before the first request?)")
+    try:
+        return SoakFile(path, meta, SoakResult.from_toml(soak))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ResultsFileError(f"{path}: a soak results file with a damaged request or trend ({e})") from e
+
+
+def _title(file: SoakFile) -> str:
+    return f"Soak of {file.meta.get('alias', file.path.name)}"
+
+
+def show(files: Sequence[SoakFile]) -> Shown:
+    return Shown(markdown="\n".join(markdown(f.result) for f in files),
+                 sections=(soak_html(files),) if files else (),
+                 provenance=tuple(dict(f.meta, label=f"soak {f.path.name}") for f in files))
+
+
+def soak_html(files: Sequence[SoakFile]) -> str:
+    """The soak section of the HTML report: per file, its headline, its chart and its Markdown as text."""
+    parts = ['<section id="soak">', "<h2>Soak</h2>"]
+    for n, file in enumerate(files):
+        parts.append(f"<h3>{escape(_title(file))}</h3>")
+        parts.append(f"<p>{escape(headline(file.result))}</p>")
+        svg = inline_svg(functools.partial(draw_soak_chart, file.result, title=_title(file)), "soak chart")
+        if svg:
+            parts.append(f'<figure id="soak{n}-chart"><div class="scroll">{svg}</div></figure>')
+        parts.append(f"<pre>{escape(markdown(file.result))}</pre>")
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def charts(files: Sequence[SoakFile], path: Path) -> list[Path]:
+    return [draw_soak_chart(f.result, numbered(path, n, len(files)), _title(f)) for n, f in enumerate(files, 1)]
+
+
+SOURCE = Source("soak", FORMAT, "soak", load=soak_of, show=show, charts=charts)

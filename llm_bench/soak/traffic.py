@@ -29,7 +29,7 @@ from llm_bench.engines.errors import RequestRefused, RequestTimeout, ServerError
 from llm_bench.engines.stream import ChatRequest
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.prompts import shipped_prompt
-from llm_bench.results import Tail, run_record, tail_of
+from llm_bench.results import run_record
 from llm_bench.soak.requests import (
     SPECIAL_KINDS,
     Capabilities,
@@ -37,10 +37,12 @@ from llm_bench.soak.requests import (
     send,
 )
 from llm_bench.support.fanout import fan_out
-from llm_bench.support.stats import CONFIDENCE, slope_interval
+from llm_bench.support.stats import CONFIDENCE, Tail, slope_interval, tail_of
 from llm_bench.workloads.common import long_prompt
 
 Log = Callable[[str], None]
+# The soak's results file (written by soak.command, read back by soak.report for `llm-bench report`).
+FORMAT = "llm-bench-soak/1"
 KINDS = ("prose", "code", "json", "long", "concurrent", "tool", "thinking", "image")
 DEFAULT_MIX = dict.fromkeys(KINDS, 1)
 LEAK_MIB = 256.0  # VRAM growth over the run that, with a steady slope, is flagged
@@ -158,7 +160,7 @@ class SoakResult:
 
     def tails(self, metric: str) -> dict[int, Tail]:
         """p50, p90, p99 of the successful requests, each only where the samples are enough for it
-        (results.min_samples: p90 needs 10, p99 100); else the max, labelled "max"."""
+        (stats.min_samples: p90 needs 10, p99 100); else the max, labelled "max"."""
         values = [getattr(r, metric) for r in self.requests if r.ok and getattr(r, metric) is not None]
         return {q: tail_of(values, q) for q in (50, 90, 99)} if values else {}
 
@@ -186,6 +188,24 @@ class SoakResult:
             "trends": [t.to_toml() for t in self.trends], "warnings": self.warnings,
             "requests": [r.to_toml() for r in self.requests],
         }
+
+    @classmethod
+    def from_toml(cls, data: dict[str, Any]) -> SoakResult:
+        """The soak as its file keeps it; the failures, counts and percentiles are computed again from the
+        requests, and a GPU-error count that is absent stays unwatched."""
+        return cls(
+            requests=[SoakRequest(**_known(SoakRequest, r)) for r in data.get("requests", [])],
+            duration_s=float(data.get("duration_s", 0.0)), stopped_by=str(data.get("stopped_by", "")),
+            trends=[Trend(**_known(Trend, t)) for t in data.get("trends", [])],
+            warnings=list(data.get("warnings", [])), mix=dict(data.get("mix", {})),
+            skipped=dict(data.get("skipped", {})),
+            restarts=[Restart(**_known(Restart, r)) for r in data.get("restart_sources", [])],
+            unwatched=list(data.get("unwatched", [])), gpu_errors=list(data.get("gpu_errors", [])),
+            gpu_error_count=int(data.get("new_gpu_errors", 0)), gpu_errors_watched="new_gpu_errors" in data)
+
+
+def _known(kind: Any, data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k in kind.__dataclass_fields__}
 
 
 FAILURES = {ServerUnreachable: "unreachable", RequestTimeout: "timeout", RequestRefused: "http",

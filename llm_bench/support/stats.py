@@ -1,6 +1,7 @@
 """Small exact statistics over a handful of runs: the median's distribution-free interval and the
 precision it gives (the runner's stopping rule and the report's verdicts), and a least-squares slope with
-its t-interval (the soak's drift)."""
+its t-interval (the soak's drift); percentiles and the tail rule every results file and command shares
+(a percentile only where the samples are enough for it, else the max, so labelled)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from math import comb
+
+import numpy
 
 CONFIDENCE = 0.95
 
@@ -113,3 +116,29 @@ def slope_interval(xs: Sequence[float], ys: Sequence[float], confidence: float =
     half = t_quantile(0.5 + confidence / 2.0, n - 2) * math.sqrt(residual / (n - 2) / sxx)
     r2 = 1.0 if syy == 0 else min(slope * slope * sxx / syy, 1.0)
     return Slope(slope, slope - half, slope + half, r2)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """numpy's percentile (linear interpolation between closest ranks)."""
+    return float(numpy.percentile(values, q))
+
+
+def min_samples(q: float) -> int:
+    """Samples needed before the q-th percentile is reported: enough that at least one sample lies above
+    it (10 for p90, 100 for p99; p50 needs 1). With fewer, "p99" would be an interpolation toward the
+    largest value, i.e. the max under another name."""
+    return 1 if q <= 50 else math.ceil(round(100.0 / (100.0 - q), 9))
+
+
+@dataclass(frozen=True)
+class Tail:
+    value: float
+    label: str  # "p90", "p99", ... or "max" when the samples are too few for that percentile
+    samples: int
+
+
+def tail_of(values: Sequence[float], q: float) -> Tail:
+    """The q-th percentile of values where they are enough for it (see min_samples), else their max, so labelled."""
+    if len(values) >= min_samples(q):
+        return Tail(percentile(list(values), q), f"p{q:g}", len(values))
+    return Tail(max(values), "max", len(values))

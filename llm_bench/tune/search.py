@@ -51,6 +51,7 @@ from llm_bench.runner import AliasUnreachable, RunAborted, measure_alias
 from llm_bench.tune.grid import Candidate
 from llm_bench.tune.plan import QualityGate, TunePlan
 from llm_bench.tune.serve import Served, load_errors
+from llm_bench.workloads import PARTS
 from llm_bench.workloads.quality import QUALITY
 from llm_bench.workloads.quality.score import (
     VERDICTS,
@@ -188,7 +189,7 @@ def previous_result(output_dir: Path, print_: str) -> ResultSet | None:
     found = None
     for path in sorted(output_dir.glob("llm-bench-*-tune-*.toml")):
         try:
-            result = load_results(path)
+            result = load_results(path, PARTS)
         except ResultsFileError:
             continue
         if (result.meta.get("tune") or {}).get("fingerprint") == print_:
@@ -276,7 +277,8 @@ class Tuner:
         self.served.new_log()  # only this load's lines count for its errors
         try:
             with sampling(self.gpus):
-                records = measure_alias(self.engine, entry.name, protocol, self.gpus, self.log, target=target)
+                records: list[AliasRecord] = []  # written by the caller once the candidate is whole
+                measure_alias(self.engine, entry.name, protocol, self.gpus, self.log, records.append, target=target)
         except AliasUnreachable as e:
             # what this candidate measured before is not written: a resumed tune measures it again whole
             raise RunAborted(f"the router serving the candidates went away while {entry.name} was measured: {e}; "

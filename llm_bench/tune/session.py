@@ -15,6 +15,7 @@ from llm_bench.tune.plan import TunePlan
 from llm_bench.tune.report import draw_pareto, ranked_table, summary_lines
 from llm_bench.tune.search import TUNE, Outcome, run_search
 from llm_bench.tune.serve import Served, find_llama_server, serving
+from llm_bench.workloads import PARTS
 
 Log = Callable[[str], None]
 
@@ -75,7 +76,7 @@ def write_html_report(outcome: Outcome, path: Path, log: Log) -> Path | None:
     except ImportError as e:
         log(f"no HTML report: {e}")
         return None
-    full = load_results(outcome.results)
+    full = load_results(outcome.results, PARTS)
     only_rounds = ResultSet(full.meta, [r for r in full.aliases if r.target == TUNE])
     if not only_rounds.aliases:
         return None

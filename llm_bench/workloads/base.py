@@ -5,7 +5,7 @@ A ``Workload`` names itself; declares its own settings, a frozen dataclass that 
 still read); runs against a model the runner has loaded; names the ``workload`` of the records it
 writes; sets its settings from the command line (``flags``); and says what it adds to the report:
 its own tables, a column of the main table, marks beside the chart's bars, lines of the summary, a chart of
-its own.
+its own; and the part of a record only it writes (``part``), which it owns as a type of its own.
 """
 
 from __future__ import annotations
@@ -52,8 +52,11 @@ class RunParameters(typing.Protocol):
         ...
 
 
-# (engine, alias, protocol, the alias's base record, log) -> finished records sharing the base's provenance
-Run = Callable[[Engine, str, RunParameters, AliasRecord, Log], list[AliasRecord]]
+# Where a workload puts each record, sharing the base's provenance, as it finishes or is cut short (the
+# runner's list for the alias): what was measured never travels up inside an exception.
+Keep = Callable[[AliasRecord], None]
+# (engine, alias, protocol, the alias's base record, log, keep): its records go to keep, in order
+Run = Callable[[Engine, str, RunParameters, AliasRecord, Log, Keep], None]
 # (every row, the baseline row or None) -> what the report shows
 Tables = Callable[[Sequence[Row], Row | None], list[Table]]
 Marks = Callable[[Sequence[Row], Row | None], dict[str, str]]
@@ -110,6 +113,9 @@ class Workload(Generic[S]):
     settings: type[S]  # its settings: a frozen dataclass whose defaults are the defaults
     run: Run
     record: str = ""  # the ``workload`` its records carry (default: the name)
+    # Its records' own part (a results.Part dataclass with from_toml): what only it measures, kept in
+    # AliasRecord.part and written under [aliases.<record name>]; None: its records are runs alone.
+    part: type | None = None
     legacy: Mapping[str, str] = field(default_factory=dict)  # flat [protocol] key -> its settings field
     flags: tuple[Flag, ...] = ()
     speed: bool = False  # its records are one-stream speed runs: the main table, chart and verdicts compare them

@@ -17,7 +17,7 @@ from llm_bench.prompts import shipped_prompt
 from llm_bench.results import AliasRecord, RunRecord, run_record, spec_from_runs
 from llm_bench.support import numbers
 from llm_bench.support.stats import relative_precision
-from llm_bench.workloads.base import Log, RunParameters
+from llm_bench.workloads.base import Keep, Log, RunParameters
 
 
 def derive(base: AliasRecord, **changes) -> AliasRecord:
@@ -30,21 +30,13 @@ REUSED_PROMPT_SHARE = 0.5
 
 
 class WorkloadInterrupted(Exception):
-    """A workload stopped on a server error; ``records`` hold what it measured before (runs kept)."""
+    """A workload stopped on a server error (``cause``). What it measured before is already kept: every
+    record goes to the workload's ``keep`` (base.Keep) as it finishes or is cut short, never up inside
+    this exception."""
 
-    def __init__(self, cause: Exception, records: list[AliasRecord]):
+    def __init__(self, cause: Exception):
         super().__init__(str(cause))
         self.cause = cause
-        self.records = records
-
-
-class RunsInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a workload's runs; ``records`` hold what it measured before (the finished runs, the
-    record marked interrupted), so the runner can save them before it stops."""
-
-    def __init__(self, records: list[AliasRecord]):
-        super().__init__()
-        self.records = records
 
 
 def chat_request(alias: str, protocol: RunParameters, prompt: str, max_tokens: int | None = None,
@@ -139,20 +131,24 @@ def check_length(record: AliasRecord, run: RunRecord, wanted: int) -> None:
         )
 
 
-def measured_runs(engine: Engine, request: ChatRequest, runs: int, record: AliasRecord, log: Log,
+def measured_runs(engine: Engine, request: ChatRequest, runs: int, record: AliasRecord, log: Log, keep: Keep,
                   label: str = "Run", precision: float | None = None, max_runs: int | None = None) -> None:
     """``runs`` requests one after another into ``record``; with a ``precision``, more (up to ``max_runs``)
-    until the median decode rate is known that well (``precision_reached``). On a server error the runs
-    finished so far stay in the record beside the error, and WorkloadInterrupted carries it up; on Ctrl-C
-    likewise, marked interrupted, in RunsInterrupted."""
+    until the median decode rate is known that well (``precision_reached``). Cut short, by a server error
+    (then WorkloadInterrupted) or Ctrl-C (marked interrupted, the KeyboardInterrupt goes on), the record is
+    kept with the runs finished so far beside the error; a finished record the caller keeps."""
     cap = runs if precision is None else max(runs, max_runs or runs)
     shown = str(runs) if precision is None else f"{runs}..{cap}"
     try:
         _runs(engine, request, runs, cap, shown, record, log, label, precision)
-    except KeyboardInterrupt as e:
+    except KeyboardInterrupt:
         record.errors.append(f"interrupted (Ctrl-C) with {len(record.runs)} of {shown} {label.lower()}s finished")
         record.spec = spec_from_runs(record.runs)
-        raise RunsInterrupted([record]) from e
+        keep(record)
+        raise
+    except WorkloadInterrupted:
+        keep(record)
+        raise
 
 
 def _runs(engine: Engine, request: ChatRequest, runs: int, cap: int, shown: str, record: AliasRecord, log: Log,
@@ -165,7 +161,7 @@ def _runs(engine: Engine, request: ChatRequest, runs: int, cap: int, shown: str,
             except ServerError as e:
                 record.errors.append(f"{label.lower()} {i + 1} of {shown} failed ({i} finished): {e}")
                 record.spec = spec_from_runs(record.runs)
-                raise WorkloadInterrupted(e, [record]) from e
+                raise WorkloadInterrupted(e) from e
             record.runs.append(run)
             log(f"  {label} {i + 1}/{shown}: {describe_run(run)}")
             check_length(record, run, request.max_tokens)

@@ -6,17 +6,18 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from llm_bench.diagnostics.acceptance import check_acceptance_trap
 from llm_bench.engines import Engine
 from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 from llm_bench.gpu.telemetry import recording
-from llm_bench.results import AliasRecord, run_record
+from llm_bench.results import AliasRecord, known, run_record
 from llm_bench.support.fanout import fan_out
 from llm_bench.support.numbers import fmt as figure
 from llm_bench.tables import Cell, Row, Table, acceptance_cell, notes_of
 from llm_bench.validation import check_fields
-from llm_bench.workloads.base import Flag, Log, RunParameters, Workload
+from llm_bench.workloads.base import Flag, Keep, Log, RunParameters, Workload
 from llm_bench.workloads.common import (
     chat_request,
     check_length,
@@ -26,6 +27,39 @@ from llm_bench.workloads.common import (
     fmt,
     spec_delta,
 )
+
+
+@dataclass
+class ConcurrencyLevel:
+    """The concurrency workload's part of a record (``[aliases.concurrency]``): the level, and the median
+    batch's total throughput (each batch's measured tokens over its wall time)."""
+
+    streams: int
+    total_tps: float | None = None
+    tails: ClassVar[bool] = True  # p50/p90/p99 of the runs, where the samples are enough for them
+
+    @property
+    def distinction(self) -> str:
+        return f"x{self.streams}"
+
+    def to_toml(self) -> dict[str, Any]:
+        return {"streams": self.streams, "total_tps": self.total_tps}
+
+    @classmethod
+    def from_toml(cls, data: dict[str, Any]) -> ConcurrencyLevel:
+        return cls(**known(cls, data))
+
+    @staticmethod
+    def legacy(record: dict[str, Any]) -> dict[str, Any] | None:
+        """Files written before the part was the workload's kept ``concurrency = 4`` and ``total_tps`` in the
+        record."""
+        if not isinstance(record.get("concurrency"), int):
+            return None
+        return {"streams": record["concurrency"], "total_tps": record.get("total_tps")}
+
+
+def level_of(record: AliasRecord) -> ConcurrencyLevel | None:
+    return record.part if isinstance(record.part, ConcurrencyLevel) else None
 
 
 @dataclass(frozen=True)
@@ -44,11 +78,11 @@ def simultaneous(engine: Engine, request: ChatRequest, n: int) -> tuple[list[Str
     return [o.value for o in outcomes if o.ok and o.value is not None], errors, wall
 
 
-def concurrency(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log) -> list[AliasRecord]:
-    records = []
+def concurrency(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log, keep: Keep) -> None:
     request = chat_request(alias, protocol, protocol.prompt)
     for n in CONCURRENCY.settings_in(protocol).levels:
-        record = derive(base, workload=CONCURRENCY.record_name, concurrency=n, cold_load_s=None)
+        level = ConcurrencyLevel(n)
+        record = derive(base, workload=CONCURRENCY.record_name, part=level, cold_load_s=None)
         before = engine.spec_counters(alias)
         totals: list[float] = []
         with recording(record):
@@ -72,17 +106,16 @@ def concurrency(engine: Engine, alias: str, protocol: RunParameters, base: Alias
                     + (f", {len(errors)} of {n} failed" if errors else ""))
         after = engine.spec_counters(alias)
         # the median batch: each batch's total is its measured tokens over its wall time
-        record.total_tps = statistics.median(totals) if totals else None
+        level.total_tps = statistics.median(totals) if totals else None
         record.spec = spec_delta(before, after, record.runs)
         p90 = record.tail("ttft_ms", 90)
-        log(f"  x{n}: {fmt(record.total_tps)} t/s total (median of {len(totals)} batches), per request median "
+        log(f"  x{n}: {fmt(level.total_tps)} t/s total (median of {len(totals)} batches), per request median "
             f"{fmt(record.percentile('decode_tps', 50))} t/s, TTFT p50 {fmt(record.percentile('ttft_ms', 50))} ms"
             + (f", {p90.label} {fmt(p90.value)} ms" if p90 else "")
             + (f", {len(record.errors)} failed" if record.errors else ""))
         check_acceptance_trap(record, log)
         check_thinking(record, protocol.thinking, record.runs, log)
-        records.append(record)
-    return records
+        keep(record)
 
 
 def _tail_cell(record: AliasRecord, metric: str, q: int) -> Cell:
@@ -94,22 +127,29 @@ def _tail_cell(record: AliasRecord, metric: str, q: int) -> Cell:
     return Cell(f"{tail.value:.0f}", {f"{metric}_p{q}": tail.value})
 
 
+def _streams(record: AliasRecord) -> int:
+    at = level_of(record)
+    return at.streams if at is not None else 0
+
+
 def concurrency_tables(rows: Sequence[Row], _baseline: Row | None = None) -> list[Table]:
     chosen = sorted((r for r in rows if r.record.workload == CONCURRENCY.record_name),
-                    key=lambda r: (r.label, r.record.alias, r.record.concurrency or 0))
+                    key=lambda r: (r.label, r.record.alias, _streams(r.record)))
     if not chosen:
         return []
-    # p90/p99 only where the samples are enough for them (results.min_samples); else the max, labelled
+    # p90/p99 only where the samples are enough for them (support.stats.min_samples); else the max, labelled
     header = ["Configuration", "Concurrent", "Total t/s", "Per-request t/s p50", "TTFT ms p50", "TTFT ms p90",
               "TTFT ms p99", "Draft accept", "Notes"]
     lines = []
     for row in chosen:
         r = row.record
-        values = [r.total_tps, r.percentile("decode_tps", 50), r.percentile("ttft_ms", 50)]
+        at = level_of(r)
+        streams, total = (at.streams, at.total_tps) if at is not None else (None, None)
+        values = [total, r.percentile("decode_tps", 50), r.percentile("ttft_ms", 50)]
         keys = ["total_tps", "decode_tps_p50", "ttft_ms_p50"]
         digits = [1, 1, 0]
         lines.append([Cell(row.configuration, {"configuration": row.configuration}),
-                      Cell(str(r.concurrency), {"concurrency": r.concurrency})]
+                      Cell(str(streams), {"concurrency": streams})]
                      + [Cell(figure(v, d), {k: v}) for v, k, d in zip(values, keys, digits, strict=True)]
                      + [_tail_cell(r, "ttft_ms", 90), _tail_cell(r, "ttft_ms", 99)]
                      + [acceptance_cell(r), Cell(notes_of(r), {"errors": list(r.errors)})])
@@ -120,4 +160,4 @@ CONCURRENCY: Workload[ConcurrencySettings] = Workload(
     "concurrency", ConcurrencySettings, concurrency, legacy={"concurrency": "levels"},
     flags=(Flag("--concurrency", "levels", "Simultaneous requests for the concurrency workload", item=int, many=True,
                 example="1,2,4,8"),),
-    streams=lambda settings: max(settings.levels), tables=concurrency_tables)
+    streams=lambda settings: max(settings.levels), tables=concurrency_tables, part=ConcurrencyLevel)

@@ -11,26 +11,55 @@ the reason; a server that reuses any cached prompt token at a depth is named in 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from llm_bench.engines import Engine
 from llm_bench.engines.errors import ServerError, ServerUnreachable
 from llm_bench.engines.stream import ChatRequest
 from llm_bench.prompts import shipped_prompt
-from llm_bench.results import AliasRecord, DepthPoint
+from llm_bench.results import AliasRecord, known
 from llm_bench.support.numbers import fmt as figure
 from llm_bench.support.plotting import ChartError
 from llm_bench.support.plotting import figure as chart_figure
 from llm_bench.tables import Cell, Row, Table, notes_of
 from llm_bench.validation import FieldError, check_fields
-from llm_bench.workloads.base import Chart, Flag, Log, RunParameters, Workload
+from llm_bench.workloads.base import Chart, Flag, Keep, Log, RunParameters, Workload
 from llm_bench.workloads.common import WorkloadInterrupted, chat_request, derive, measured_runs, reused_prompt
 
 FILLER_HEADING = "Background notes (context for later; the task follows after them):\n\n"
 # Characters of filler whose tokens are counted to measure the filler's characters per token.
 SAMPLE_CHARS = 2000
+
+
+@dataclass
+class DepthPoint:
+    """The depth workload's part of a record (``[aliases.depth]``): one context depth, in tokens of filler
+    before the question; the runs at it are the record's runs (each run's prompt_tokens is the server's
+    count of the whole prompt)."""
+
+    tokens: int
+    filler_chars: int | None = None
+    chars_per_token: float | None = None  # the filler's, by the server's own count, measured before the runs
+    skipped: str | None = None  # why it was not measured (beyond the model's context)
+    tails: ClassVar[bool] = False
+
+    @property
+    def distinction(self) -> str:
+        return f"depth {self.tokens}"
+
+    def to_toml(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_toml(cls, data: dict[str, Any]) -> DepthPoint:
+        return cls(**known(cls, data))
+
+
+def point_of(record: AliasRecord) -> DepthPoint | None:
+    """The record's depth, where it is a depth record."""
+    return record.part if isinstance(record.part, DepthPoint) else None
 
 
 @dataclass(frozen=True)
@@ -90,16 +119,17 @@ def calibrate(engine: Engine, request: ChatRequest, settings: DepthSettings) -> 
     return Calibration(base, measured)
 
 
-def depth(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log) -> list[AliasRecord]:
+def depth(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log, keep: Keep) -> None:
     settings = DEPTH.settings_in(protocol)
     request = chat_request(alias, protocol, protocol.prompt, prompt_cache=False)  # each depth a cold prompt
-    records: list[AliasRecord] = []
+    records: list[AliasRecord] = []  # this alias's depths, for the check that any fits
     try:
         cal = calibrate(engine, request, settings) if any(settings.depths) else None
     except ServerError as e:
         failed = derive(base, workload=DEPTH.record_name, cold_load_s=None)
         failed.errors.append(f"depth: counting the filler's tokens failed: {e}")
-        raise WorkloadInterrupted(e, [failed]) from e
+        keep(failed)
+        raise WorkloadInterrupted(e) from e
     n_ctx = engine.context_length(alias)
     if cal is not None:
         log(f"  depth: the filler takes {cal.chars_per_token:.2f} characters per token, the prompt "
@@ -108,29 +138,30 @@ def depth(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord
         cpt = cal.chars_per_token if cal is not None else settings.chars_per_token
         point = DepthPoint(tokens, filler_chars=int(tokens * cpt) if tokens else 0,
                            chars_per_token=cpt if cal is not None and tokens else None)
-        record = derive(base, workload=DEPTH.record_name, cold_load_s=None, depth=point)
+        record = derive(base, workload=DEPTH.record_name, cold_load_s=None, part=point)
         records.append(record)
         needed = tokens + (cal.prompt_tokens if cal else 0) + request.max_tokens
         if n_ctx is not None and needed > n_ctx:
             point.skipped = (f"{tokens} tokens of filler, the prompt and {request.max_tokens} tokens to generate "
                              f"need {needed} tokens; the model's context is {n_ctx} (n_ctx reported by the server)")
             log(f"  depth {tokens}: skipped ({point.skipped})")
+            keep(record)
             continue
         at_depth = replace(request, prompt=filler(point.filler_chars or 0) + request.prompt)
         try:
-            measured_runs(engine, at_depth, protocol.runs, record, log, label=f"Depth {tokens} run")
-        except WorkloadInterrupted as e:
+            measured_runs(engine, at_depth, protocol.runs, record, log, keep, label=f"Depth {tokens} run")
+        except WorkloadInterrupted as e:  # the record is kept, with its error
             if isinstance(e.cause, ServerUnreachable):
-                raise WorkloadInterrupted(e.cause, records) from e.cause
-            log(f"  depth {tokens}: FAILED: {e}")  # the error is in the record; the next depth is still measured
+                raise
+            log(f"  depth {tokens}: FAILED: {e}")  # the next depth is still measured
             continue
         check_cold(record, tokens)
-    if all(r.depth is not None and r.depth.skipped for r in records):
+        keep(record)
+    if all((at := point_of(r)) is not None and at.skipped for r in records):
         records[0].errors.append(
             f"no depth of [protocol.depth] depths = {list(settings.depths)} fits the model's context of {n_ctx} "
             "tokens; choose depths below it (--depths)")
         log(f"  FAILED: {records[0].errors[-1]}")
-    return records
 
 
 def check_cold(record: AliasRecord, tokens: int) -> None:
@@ -148,17 +179,18 @@ def check_cold(record: AliasRecord, tokens: int) -> None:
 # --- the report: one row per configuration and depth, and decode t/s against depth ---
 
 def depth_rows(rows: Sequence[Row]) -> list[Row]:
-    chosen = [r for r in rows if r.record.workload == DEPTH.record_name and r.record.depth is not None]
+    chosen = [r for r in rows if r.record.workload == DEPTH.record_name and point_of(r.record) is not None]
     return sorted(chosen, key=lambda r: (configuration_of(r), _tokens(r)))
 
 
 def _tokens(row: Row) -> int:
-    return row.record.depth.tokens if row.record.depth is not None else 0
+    point = point_of(row.record)
+    return point.tokens if point is not None else 0
 
 
 def configuration_of(row: Row) -> str:
-    """The configuration a depth row belongs to (its name without `` [depth N]``)."""
-    return row.configuration.removesuffix(f" [depth {_tokens(row)}]")
+    """The configuration a depth row belongs to: the row's group (its name without the depth)."""
+    return row.group
 
 
 def _median(row: Row, metric: str) -> float | None:
@@ -184,7 +216,7 @@ def depth_tables(rows: Sequence[Row], _baseline: Row | None = None) -> list[Tabl
               "TTFT ms", "Runs", "Reused tokens", "Notes"]
     lines = []
     for row in chosen:
-        point, record = row.record.depth, row.record
+        point, record = point_of(row.record), row.record
         if point is None:
             continue
         name = configuration_of(row)
@@ -242,6 +274,6 @@ DEPTH: Workload[DepthSettings] = Workload(
     "depth", DepthSettings, depth,
     flags=(Flag("--depths", "depths", "Context depths for the depth workload, in tokens of filler before the prompt",
                 item=int, many=True, example="0,4096,16384"),),
-    tables=depth_tables,
+    tables=depth_tables, part=DepthPoint,
     chart=Chart("depth", "Decode tokens/s against context depth, one line per configuration; median of the runs, "
                 "whiskers: min-max.", draw_depth_chart, lambda rows: bool(depth_rows(rows))))

@@ -3,15 +3,51 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
 
 from llm_bench.engines import Engine
-from llm_bench.results import AliasRecord, run_record
+from llm_bench.results import AliasRecord, known, run_record
 from llm_bench.support.numbers import fmt as figure
 from llm_bench.tables import Cell, Row, Table, notes_of
 from llm_bench.validation import check_fields
-from llm_bench.workloads.base import Flag, Log, RunParameters, Workload
+from llm_bench.workloads.base import Flag, Keep, Log, RunParameters, Workload
 from llm_bench.workloads.common import chat_request, derive, fmt, long_prompt
+
+
+@dataclass
+class PrefixCacheHit:
+    """The prefix-cache workload's part of a record (``[aliases.prefix-cache]``): the long prompt's TTFT
+    cold and repeated, and what says the repeat was served from the cache (the server's count, or vLLM's
+    counter), absent when nothing confirmed it."""
+
+    cold_ttft_ms: float | None = None
+    warm_ttft_ms: float | None = None
+    cached_tokens: int | None = None
+    evidence: str | None = None
+    tails: ClassVar[bool] = False
+
+    @property
+    def distinction(self) -> str:
+        return PREFIX_CACHE.record_name
+
+    def to_toml(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_toml(cls, data: dict[str, Any]) -> PrefixCacheHit:
+        return cls(**known(cls, data))
+
+    @staticmethod
+    def legacy(record: dict[str, Any]) -> dict[str, Any]:
+        """Files written before the part was the workload's kept ``prefix_cold_ttft_ms``, ... in the record."""
+        return {k.removeprefix("prefix_"): v for k, v in record.items()
+                if k in ("prefix_cold_ttft_ms", "prefix_warm_ttft_ms", "prefix_cached_tokens", "prefix_evidence")}
+
+
+def hit_of(record: AliasRecord) -> PrefixCacheHit:
+    """The record's prefix-cache figures (all absent for another workload's record)."""
+    return record.part if isinstance(record.part, PrefixCacheHit) else PrefixCacheHit()
 
 
 @dataclass(frozen=True)
@@ -24,9 +60,10 @@ class PrefixCacheSettings:
         check_fields(self)
 
 
-def prefix_cache(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log) -> list[AliasRecord]:
+def prefix_cache(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log, keep: Keep) -> None:
     settings = PREFIX_CACHE.settings_in(protocol)
-    record = derive(base, workload=PREFIX_CACHE.record_name, cold_load_s=None)
+    hit = PrefixCacheHit()
+    record = derive(base, workload=PREFIX_CACHE.record_name, cold_load_s=None, part=hit)
     request = chat_request(alias, protocol, long_prompt(settings.prompt_tokens, settings.chars_per_token),
                            max_tokens=settings.max_tokens, prompt_cache=True)  # caching is what it measures
     cold = run_record(engine.stream(request), engine)
@@ -34,23 +71,23 @@ def prefix_cache(engine: Engine, alias: str, protocol: RunParameters, base: Alia
     warm = run_record(engine.stream(request), engine)
     after = engine.prefix_counters(alias)
     record.runs = [cold, warm]
-    record.prefix_cold_ttft_ms = cold.ttft_ms
-    record.prefix_warm_ttft_ms = warm.ttft_ms
+    hit.cold_ttft_ms = cold.ttft_ms
+    hit.warm_ttft_ms = warm.ttft_ms
     if warm.cache_n:
-        record.prefix_cached_tokens = warm.cache_n
-        record.prefix_evidence = f"server reported {warm.cache_n} of {warm.prompt_tokens} prompt tokens from cache"
+        hit.cached_tokens = warm.cache_n
+        hit.evidence = f"server reported {warm.cache_n} of {warm.prompt_tokens} prompt tokens from cache"
     elif before and after and after.minus(before).hits > 0:
         hits = after.minus(before).hits
-        record.prefix_cached_tokens = int(hits)
-        record.prefix_evidence = f"vllm:prefix_cache_hits_total grew by {hits:.0f} tokens during the repeat"
+        hit.cached_tokens = int(hits)
+        hit.evidence = f"vllm:prefix_cache_hits_total grew by {hits:.0f} tokens during the repeat"
     else:
         record.warnings.append(
             "prefix cache hit NOT confirmed: the server reported no cached prompt tokens for the repeated prompt "
             "(is prefix caching enabled, e.g. vLLM --enable-prefix-caching or llama.cpp cache_prompt?)"
         )
     log(f"  prefix cache: {cold.prompt_tokens} prompt tokens, TTFT cold {fmt(cold.ttft_ms)} ms, "
-        f"repeated {fmt(warm.ttft_ms)} ms; " + (record.prefix_evidence or "hit not confirmed"))
-    return [record]
+        f"repeated {fmt(warm.ttft_ms)} ms; " + (hit.evidence or "hit not confirmed"))
+    keep(record)
 
 
 def prefix_cache_tables(rows: Sequence[Row], _baseline: Row | None = None) -> list[Table]:
@@ -61,8 +98,8 @@ def prefix_cache_tables(rows: Sequence[Row], _baseline: Row | None = None) -> li
               "Notes"]
     lines = []
     for row in chosen:
-        r = row.record
-        cold, warm = r.prefix_cold_ttft_ms, r.prefix_warm_ttft_ms
+        r, hit = row.record, hit_of(row.record)
+        cold, warm = hit.cold_ttft_ms, hit.warm_ttft_ms
         ratio = cold / warm if cold and warm else None
         prompt = r.runs[0].prompt_tokens if r.runs and r.runs[0].prompt_tokens else None
         lines.append([Cell(row.configuration, {"configuration": row.configuration}),
@@ -70,7 +107,7 @@ def prefix_cache_tables(rows: Sequence[Row], _baseline: Row | None = None) -> li
                       Cell(figure(cold, 0), {"prefix_cold_ttft_ms": cold}),
                       Cell(figure(warm, 0), {"prefix_warm_ttft_ms": warm}),
                       Cell("-" if ratio is None else f"{ratio:.1f}x", {"prefix_speedup": ratio}),
-                      Cell(r.prefix_evidence or "-", {"prefix_evidence": r.prefix_evidence}),
+                      Cell(hit.evidence or "-", {"prefix_evidence": hit.evidence}),
                       Cell(notes_of(r), {"errors": list(r.errors)})])
     return [Table("Prefix caching", "prefix_cache", header, lines,
                   frozenset({"Configuration", "Cache evidence", "Notes"}))]
@@ -82,4 +119,4 @@ PREFIX_CACHE: Workload[PrefixCacheSettings] = Workload(
             "prefix_max_tokens": "max_tokens"},
     flags=(Flag("--prefix-tokens", "prompt_tokens", "Approximate prompt tokens for the prefix-cache workload",
                 item=int),),
-    needs_prompt_cache=True, tables=prefix_cache_tables)
+    needs_prompt_cache=True, tables=prefix_cache_tables, part=PrefixCacheHit)

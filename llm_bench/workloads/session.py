@@ -21,21 +21,68 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from llm_bench.engines import Engine
 from llm_bench.engines.errors import ServerError, ServerUnreachable
 from llm_bench.engines.stream import ChatRequest, StreamMeasurement
-from llm_bench.results import AliasRecord, SessionResult, SessionTurn, run_record
+from llm_bench.results import AliasRecord, RunRecord, known, run_record
 from llm_bench.support.numbers import fmt as figure
 from llm_bench.tables import Cell, Row, Table, notes_of
 from llm_bench.validation import PlanError, check_fields
-from llm_bench.workloads.base import Flag, Log, RunParameters, Workload
+from llm_bench.workloads.base import Flag, Keep, Log, RunParameters, Workload
 from llm_bench.workloads.common import WorkloadInterrupted, check_thinking, derive, fmt
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 # With the cache on, a turn should reuse (nearly) all of the previous turn's context; below this share it is flagged.
 REUSE_SHARE = 0.9
+
+
+@dataclass
+class SessionTurn(RunRecord):
+    """One request of a replayed session: a run (prompt_tokens = the context, cache_n = what the server
+    reused of it) and what the turn added."""
+
+    turn: int = 0  # 1-based
+    added: str = ""  # the roles of the messages this turn added, e.g. "tool" or "user"
+    processed_tokens: int | None = None  # prompt tokens the server computed (timings.prompt_n, else context - cached)
+    reuse_flag: str | None = None  # the cache reused far less than the previous turn's context
+
+
+@dataclass
+class SessionResult:
+    """The session workload's part of a record (``[aliases.session]``): the same session replayed with the
+    prompt cache on (warm) and off (cold)."""
+
+    source: str  # "shipped" or the session file's path
+    messages: int  # in the session
+    tools: int  # tool definitions sent with every turn
+    turns: int  # turns the session has (a turn: one request, up to the next recorded assistant message)
+    warm: list[SessionTurn] = field(default_factory=list)
+    cold: list[SessionTurn] = field(default_factory=list)
+    warm_s: float | None = None  # wall clock of each whole replay
+    cold_s: float | None = None
+    stopped: str | None = None  # why the replay ended before the session did (the context)
+    tails: ClassVar[bool] = False
+
+    @property
+    def distinction(self) -> str:
+        return "session"
+
+    def to_toml(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_toml(cls, data: dict[str, Any]) -> SessionResult:
+        fields = known(cls, data)
+        for mode in ("warm", "cold"):
+            fields[mode] = [SessionTurn(**known(SessionTurn, t)) for t in data.get(mode, [])]
+        return cls(**fields)
+
+
+def result_of(record: AliasRecord) -> SessionResult | None:
+    """The record's replays, where it is a session record."""
+    return record.part if isinstance(record.part, SessionResult) else None
 
 
 class SessionFileError(PlanError):
@@ -246,7 +293,7 @@ def replay(engine: Engine, request: ChatRequest, session: Session, turns: list[T
             measurement = engine.stream(replace(request, messages=context))
         except ServerUnreachable as e:
             record.errors.append(f"{mode} replay, turn {number}: {e}")
-            raise WorkloadInterrupted(e, [record]) from e
+            raise WorkloadInterrupted(e) from e
         except ServerError as e:
             record.errors.append(f"{mode} replay, turn {number} of {len(turns)}: {e}")
             log(f"  session {mode} turn {number}: FAILED: {e}")
@@ -264,13 +311,12 @@ def describe_turn(turn: SessionTurn) -> str:
     return text + (f"  !! {turn.reuse_flag}" if turn.reuse_flag else "")
 
 
-def session(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log) -> list[AliasRecord]:
+def session(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log, keep: Keep) -> None:
     settings = SESSION.settings_in(protocol)
     recorded = load_session(settings)
     turns = recorded.turns()
-    record = derive(base, workload=SESSION.record_name, cold_load_s=None)
     result = SessionResult(recorded.source, len(recorded.messages), len(recorded.tools), len(turns))
-    record.session = result
+    record = derive(base, workload=SESSION.record_name, cold_load_s=None, part=result)
     n_ctx = engine.context_length(alias)
     limits = [n for n in (n_ctx, settings.max_context) if n is not None]
     limit = min(limits) if limits else None
@@ -278,17 +324,21 @@ def session(engine: Engine, alias: str, protocol: RunParameters, base: AliasReco
                           thinking=protocol.thinking, tools=recorded.tools or None)
     log(f"  session: {recorded.source}, {len(recorded.messages)} messages, {len(recorded.tools)} tools, "
         f"{len(turns)} turns" + (f", context up to {limit} tokens" if limit else ""))
-    result.warm_s, result.stopped = replay(engine, replace(request, prompt_cache=True), recorded, turns, limit, record,
-                                           "warm", log, result.warm)
-    # the cold replay sends the same turns, so the two are compared turn by turn
-    result.cold_s, _ = replay(engine, replace(request, prompt_cache=False), recorded, turns[:len(result.warm)], None,
-                              record, "cold", log, result.cold)
+    try:
+        result.warm_s, result.stopped = replay(engine, replace(request, prompt_cache=True), recorded, turns, limit,
+                                               record, "warm", log, result.warm)
+        # the cold replay sends the same turns, so the two are compared turn by turn
+        result.cold_s, _ = replay(engine, replace(request, prompt_cache=False), recorded, turns[:len(result.warm)],
+                                  None, record, "cold", log, result.cold)
+    except WorkloadInterrupted:  # the server went away: the turns replayed so far are kept, with the error
+        keep(record)
+        raise
     if result.stopped:
         log(f"  session: stopped before the end: {result.stopped}")
     check_replays(record, result)
     check_thinking(record, protocol.thinking, [*result.warm, *result.cold], log)
     log("  " + describe_session(result))
-    return [record]
+    keep(record)
 
 
 def check_replays(record: AliasRecord, result: SessionResult) -> None:
@@ -320,11 +370,12 @@ def describe_session(result: SessionResult) -> str:
 # --- the report: a summary row per configuration, and every turn with the server's own cache counters ---
 
 def session_rows(rows: Sequence[Row]) -> list[Row]:
-    return [r for r in rows if r.record.workload == SESSION.record_name and r.record.session is not None]
+    return [r for r in rows if r.record.workload == SESSION.record_name and result_of(r.record) is not None]
 
 
 def configuration_of(row: Row) -> str:
-    return row.configuration.removesuffix(f" [{SESSION.record_name}]")
+    """The configuration a session row belongs to: the row's group (its name without the workload)."""
+    return row.group
 
 
 def _processed(turns: Sequence[SessionTurn]) -> int | None:
@@ -385,7 +436,7 @@ def _turn_line(name: str, turn: SessionTurn, other: SessionTurn | None) -> list[
 
 
 def session_tables(rows: Sequence[Row], _baseline: Row | None = None) -> list[Table]:
-    chosen = [(row, row.record.session) for row in session_rows(rows) if row.record.session is not None]
+    chosen = [(row, result) for row in session_rows(rows) if (result := result_of(row.record)) is not None]
     if not chosen:
         return []
     summary = Table("Agent session (replayed with the prompt cache, and cold)", "session",
@@ -406,4 +457,4 @@ SESSION: Workload[SessionSettings] = Workload(
     "session", SessionSettings, session,
     flags=(Flag("--session-file", "session_file", "A JSON file of OpenAI chat messages to replay in the session "
                 "workload instead of the shipped coding-agent session", item=Path),),
-    needs_prompt_cache=True, tables=session_tables)
+    needs_prompt_cache=True, tables=session_tables, part=SessionResult)

@@ -20,7 +20,7 @@ from llm_bench.engines.errors import ServerError
 from llm_bench.results import AliasRecord, QualityOutput, QuestionResult, RecallProbe
 from llm_bench.support.progress import Steps
 from llm_bench.tables import Cell
-from llm_bench.workloads.base import Flag, Log, MainColumn, RunParameters, Workload
+from llm_bench.workloads.base import Flag, Keep, Log, MainColumn, RunParameters, Workload
 from llm_bench.workloads.common import derive
 from llm_bench.workloads.quality.forced import (
     carry_reference,
@@ -131,7 +131,7 @@ def question_request(alias: str, qset: QualitySet, question: Question, seed: int
     return CompletionRequest(alias, tuple(messages), QUESTION_MAX_TOKENS, seed, thinking)
 
 
-def quality(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log) -> list[AliasRecord]:
+def quality(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log, keep: Keep) -> None:
     qset = load_quality_set()
     settings = QUALITY.settings_in(protocol)
     record = derive(base, workload=QUALITY.record_name, cold_load_s=None)
@@ -162,7 +162,7 @@ def quality(engine: Engine, alias: str, protocol: RunParameters, base: AliasReco
         log("  " + measure_distributions(engine, alias, settings, seed, record))
     if settings.exact_items_per_kind:
         log("  " + measure_exact_items(engine, alias, settings, seed, record))
-    return [record]
+    keep(record)
 
 
 def recall_probes(engine: Engine, alias: str, settings: QualitySettings, seed: int, recall: RecallSet,
