@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from llm_bench.capacity import report as capacity
 from llm_bench.failover import report as failover
+from llm_bench.history import report as history
 from llm_bench.power import sweeps as power
 from llm_bench.report.sources import RUN, Source
 from llm_bench.soak import report as soak
@@ -17,4 +18,5 @@ SOURCES: tuple[Source, ...] = (
     capacity.SOURCE,
     soak.SOURCE,
     failover.SOURCE,
+    history.SOURCE,
 )

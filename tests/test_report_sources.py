@@ -16,6 +16,7 @@ from llm_bench.cli.exits import COULD_NOT_RUN
 from llm_bench.diagnostics.restarts import Restart
 from llm_bench.failover.records import Command, FailoverRun, Request
 from llm_bench.failover.summary import summary
+from llm_bench.history.command import write_skip
 from llm_bench.report.sources import RUN, source_of
 from llm_bench.results import AliasRecord, ResultSet, ResultsFileError, RunRecord
 from llm_bench.soak.report import markdown as soak_markdown
@@ -48,6 +49,7 @@ def failover_run() -> FailoverRun:
 def write_files(folder: Path) -> dict[str, Path]:
     """One file of each registered source's format, as its command writes it."""
     files = {name: folder / f"{name}.toml" for name in ("run", "power", "capacity", "soak", "failover")}
+    files["history"] = write_skip(folder, "smol", "train.service is active: the router gives way to it")
     run = ResultSet({"format": "llm-bench/1", "label": "by-hand"},
                     [AliasRecord("smol", runs=[RunRecord(decode_tps=50.0 + i, ttft_ms=90.0) for i in range(3)])])
     files["run"].write_text(tomli_w.dumps(run.to_toml()))
@@ -63,7 +65,7 @@ def write_files(folder: Path) -> dict[str, Path]:
 
 def test_every_source_recognises_its_own_file_and_refuses_the_others(tmp_path):
     files = write_files(tmp_path)
-    assert [s.name for s in SOURCES] == ["run", "power", "capacity", "soak", "failover"]
+    assert [s.name for s in SOURCES] == ["run", "power", "capacity", "soak", "failover", "history"]
     for source in SOURCES:
         for name, path in files.items():
             data = tomllib.loads(path.read_text())
@@ -97,6 +99,15 @@ def test_a_failover_file_read_back_shows_what_the_command_printed(tmp_path):
     shown = CliRunner().invoke(main, ["report", str(path)])
     assert shown.exit_code == 0, shown.output
     assert summary(run) in shown.output
+
+
+def test_a_history_skip_record_is_read_beside_the_run_results(tmp_path):
+    """The watch's folder holds run results and skip records; report reads both."""
+    files = write_files(tmp_path)
+    result = CliRunner().invoke(main, ["report", str(files["run"]), str(files["history"])])
+    assert result.exit_code == 0, result.output
+    assert "### Measurements not made (history skip records)" in result.output
+    assert "| smol | train.service is active: the router gives way to it |" in result.output
 
 
 def test_every_file_at_once_one_report_with_each_sources_section(tmp_path):
@@ -135,7 +146,8 @@ def test_an_unknown_file_names_itself_and_the_fix(tmp_path):
     message = " ".join(result.output.split())
     assert f"{unknown}: its meta.format is 'llm-bench-history/1'" in message
     assert ("reads the results files of run, tune, sweep and demo ('llm-bench/1'), power ('llm-bench-power/1'), "
-            "capacity ('llm-bench-capacity/1'), soak ('llm-bench-soak/1') and failover ('llm-bench-failover/1'): "
+            "capacity ('llm-bench-capacity/1'), soak ('llm-bench-soak/1'), failover ('llm-bench-failover/1') and "
+            "history --skipped (llmBench.watch) ('llm-bench-history-skip/1'): "
             "give it a file one of those commands wrote") in message
 
 

@@ -182,7 +182,7 @@ class Inputs:
     ignored: list[str] = field(default_factory=list)  # files read and set aside, each with why
 
 
-def _when(meta: dict[str, Any], path: Path) -> datetime:
+def when_of(meta: dict[str, Any], path: Path) -> datetime:
     text = meta.get("started_at")
     try:
         when = datetime.fromisoformat(str(text))
@@ -204,7 +204,7 @@ def points_of(path: Path, data: dict[str, Any], into: Inputs) -> None:
     found = file_format(data)
     if found == SKIP_FORMAT:
         meta = data["meta"]
-        into.skips.append(Skip(path, _when(meta, path), str(meta.get("alias") or "-"),
+        into.skips.append(Skip(path, when_of(meta, path), str(meta.get("alias") or "-"),
                                str(meta.get("reason") or "no reason recorded")))
         return
     if found != FORMAT:
@@ -220,7 +220,7 @@ def points_of(path: Path, data: dict[str, Any], into: Inputs) -> None:
     if meta.get("sweep_merged"):
         into.ignored.append(f"{path}: not followed (a sweep's merged file; its targets' own files are followed)")
         return
-    when = _when(meta, path)
+    when = when_of(meta, path)
     protocol = json.dumps(meta.get("protocol") or {}, sort_keys=True)
     printed = fingerprint_facts(meta.get("fingerprint"))
     rig = rig_of(meta)
