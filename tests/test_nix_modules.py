@@ -467,7 +467,10 @@ USER = """{
 def test_user_presets_and_global_settings_reach_every_specialisation() -> None:
     result = summary(ALL, LLAMAMPERE_SRC, NVIDIA, ENGINES, USER)
     for name, config in [("base", result), *result["specialised"].items()]:
-        assert config["failedAssertions"] == [], name
+        assert config["failedAssertions"] == [] and config["warnings"] == [], name
+        flags = exec_flags(config["execStart"])
+        assert (flags["--models-preset"], flags["--models-max"], flags["--sleep-idle-seconds"], flags["--port"]) == (
+            "/etc/llama-cpp/presets.ini", "1", "300", "48123"), (name, flags)
         assert "mine" in config["presets"], (name, config["presets"])
         ini = config["presetsIni"]
         assert "[mine]\nctx-size = 4096\nmodel = /srv/models/mine.gguf\n" in ini, (name, ini)
