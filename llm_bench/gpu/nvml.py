@@ -11,7 +11,7 @@ import importlib
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -294,23 +294,17 @@ class Nvml:
     def query(self, fn: str, index: int, *constants: str) -> tuple[Any, str | None]:
         """One read-only NVML reading of GPU ``index``: (value, None), or (None, why it could not be read).
         ``constants`` name the module's constants passed after the handle (``"NVML_CLOCK_SM"``)."""
-        if not self.available:
-            return None, self.unavailable or "NVML is not initialised"
-        try:
-            return getattr(self._lib, fn)(self._handle(index), *(getattr(self._lib, c) for c in constants)), None
-        except AttributeError:
-            return None, f"{fn} is not in this NVML library (too old a pynvml)"
-        except Exception as e:
-            if error_code(e) is None:
-                raise
-            return None, f"{fn}: {e}"
+        return self._read(fn, lambda call: call(self._handle(index), *(getattr(self._lib, c) for c in constants)))
 
     def query_system(self, fn: str) -> tuple[Any, str | None]:
         """A system-wide reading (``nvmlSystemGetDriverVersion``) the same way as ``query``."""
+        return self._read(fn, lambda call: call())
+
+    def _read(self, fn: str, call: Callable[[Any], Any]) -> tuple[Any, str | None]:
         if not self.available:
             return None, self.unavailable or "NVML is not initialised"
         try:
-            return getattr(self._lib, fn)(), None
+            return call(getattr(self._lib, fn)), None
         except AttributeError:
             return None, f"{fn} is not in this NVML library (too old a pynvml)"
         except Exception as e:
