@@ -15,6 +15,7 @@ from llm_bench.diagnostics.findings import ERROR
 from llm_bench.engines.metrics import SpecCounters
 from llm_bench.results import AliasRecord
 from llm_bench.testbed.presets import render_presets_ini
+from tests.commands import only_file
 
 
 def drafted(draft_tokens: float, accepted: float, drafts: float | None = None) -> AliasRecord:
@@ -113,7 +114,7 @@ def drafting_router(llama_server_bin, tiny_models, tmp_path_factory):
 def run_openai(url: str, alias: str, out) -> tuple:
     result = CliRunner().invoke(main, ["run", "--engine", "openai", "--url", url, "--alias", alias, "--runs", "1",
                                        "--max-tokens", "32", "--output-dir", str(out)], catch_exceptions=False)
-    (path,) = out.glob("*.toml")
+    path = only_file(out, "*.toml")
     (record,) = tomllib.loads(path.read_text())["aliases"]
     return result, record
 

@@ -4,10 +4,9 @@ and the value, no traceback, no results file."""
 from __future__ import annotations
 
 import pytest
-from click.testing import CliRunner
 
-from llm_bench.cli import main
 from llm_bench.cli.exits import COULD_NOT_RUN
+from tests.commands import invoke
 
 BAD = "http://[::1"  # an unclosed IPv6 bracket: httpx.URL raises InvalidURL on it
 
@@ -16,10 +15,6 @@ BAD = "http://[::1"  # an unclosed IPv6 bracket: httpx.URL raises InvalidURL on 
 def in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # anything a command would write by default lands here
 
-
-def invoke(args: list[str]):
-    # catch_exceptions=False: an exception escaping the command (httpx.InvalidURL) fails the test as itself
-    return CliRunner().invoke(main, args, catch_exceptions=False)
 
 
 @pytest.mark.parametrize("args, flag", [
@@ -35,7 +30,7 @@ def invoke(args: list[str]):
     (["run", "--url", "localhost:8080"], "--url"),  # no scheme: httpx would read "localhost" as one
 ])
 def test_a_malformed_url_flag_is_a_usage_error_naming_flag_and_value(tmp_path, args, flag):
-    result = invoke(args)
+    result = invoke(*args)
     assert result.exit_code == COULD_NOT_RUN == 2, result.output
     assert f"Invalid value for '{flag}'" in result.output
     assert repr(args[args.index(flag) + 1]) in result.output
@@ -56,7 +51,7 @@ def test_a_malformed_url_flag_is_a_usage_error_naming_flag_and_value(tmp_path, a
 def test_a_malformed_url_in_a_plan_file_is_refused_naming_the_key(tmp_path, command, text, message):
     plan = tmp_path / "plan.toml"
     plan.write_text(text)
-    result = invoke([command, "--plan", str(plan)])
+    result = invoke(command, "--plan", str(plan))
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert "Traceback" not in result.output

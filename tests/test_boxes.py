@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from llm_bench.cli import main
 from llm_bench.cli.exits import RAN_WITH_FAILURES
 from llm_bench.testbed.router import free_port
+from tests.commands import only_file
 
 ALIAS = "tiny-plain"
 TASK_DONE = "prompt eval time ="  # the router's own timing line, one per request it served
@@ -25,7 +26,7 @@ def test_two_boxes_merge_into_one_report_with_the_box_in_every_row(router_factor
     result = CliRunner().invoke(main, ["run", "--url", box1.url, "--url", box2.url, "--alias", ALIAS, "--runs", "2",
                                        "--max-tokens", "8", "--output-dir", str(out)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    (merged,) = out.glob("llm-bench-boxes-*-merged.toml")
+    merged = only_file(out, "llm-bench-boxes-*-merged.toml")
     data = tomllib.loads(merged.read_text())
     names = [f"127.0.0.1:{box1.port}", f"127.0.0.1:{box2.port}"]
     assert data["meta"]["targets"] == names
@@ -47,7 +48,7 @@ def test_a_box_that_cannot_be_reached_fails_alone(router_factory, bed, tmp_path)
     assert result.exit_code == RAN_WITH_FAILURES, result.output
     assert f"box 127.0.0.1:{dead.rsplit(':', 1)[1]}: cannot connect to {dead}" in result.output
     assert f"| 127.0.0.1:{box.port} / {ALIAS} |" not in result.output  # one box measured: no prefix needed
-    (merged,) = (tmp_path / "out").glob("llm-bench-boxes-*-merged.toml")
+    merged = only_file((tmp_path / "out"), "llm-bench-boxes-*-merged.toml")
     (record,) = tomllib.loads(merged.read_text())["aliases"]
     assert record["target"] == f"127.0.0.1:{box.port}"
 

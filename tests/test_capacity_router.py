@@ -35,6 +35,7 @@ from llm_bench.engines.metrics import parse_prometheus
 from llm_bench.support.poll import poll_until
 from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.testbed.router import RouterProcess, start_router
+from tests.commands import only_file
 from tests.fake_vllm import FakeVllm, FakeVllmConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,7 +90,7 @@ def calibrated(slots_bed) -> tuple[int, list[str]]:
 
 
 def load(out: Path) -> dict:
-    (path,) = out.glob("*.toml")
+    path = only_file(out, "*.toml")
     return tomllib.loads(path.read_text())
 
 

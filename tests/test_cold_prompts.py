@@ -7,6 +7,7 @@ import tomllib
 from click.testing import CliRunner
 
 from llm_bench.cli import main
+from tests.commands import only_file
 from tests.fake_vllm import FakeVllm, FakeVllmConfig
 
 
@@ -14,7 +15,7 @@ def run(router, out, *flags):
     result = CliRunner().invoke(main, ["run", "--url", router.url, "--output-dir", str(out), "--alias", "tiny-plain",
                                        "--runs", "2", "--max-tokens", "8", *flags], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    (path,) = out.glob("*.toml")
+    path = only_file(out, "*.toml")
     return tomllib.loads(path.read_text()), result.output
 
 

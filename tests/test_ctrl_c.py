@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from llm_bench.cli.exits import INTERRUPTED
+from tests.commands import only_file
 from tests.lines import Lines
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,7 +42,7 @@ def test_ctrl_c_after_run_2_of_3_keeps_both_finished_runs(router, tmp_path):
     assert code == INTERRUPTED == 130, text
     assert "Traceback" not in text
 
-    (path,) = out.glob("*.toml")
+    path = only_file(out, "*.toml")
     data = tomllib.loads(path.read_text())
     assert data["meta"]["complete"] is False
     assert [a["alias"] for a in data["aliases"]] == ["tiny-plain"]

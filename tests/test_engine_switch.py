@@ -15,9 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from click.testing import CliRunner
 
-from llm_bench.cli import main
 from llm_bench.cli.engine import key_from_env_file, read_api_key
 from llm_bench.engines.client import RouterClient
 from llm_bench.engines.errors import RequestRefused
@@ -36,6 +34,7 @@ from llm_bench.engines.switch import (
 )
 from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.testbed.router import free_port
+from tests.commands import invoke
 from tests.fake_vllm import FakeVllm, FakeVllmConfig
 
 # One helper script for every stand-in: start/stop a background llama-server with a pid file.
@@ -256,9 +255,6 @@ def test_timeout_names_the_engines_last_error() -> None:
                                               r"EngineDeadError: engine core is still compiling"):
             wait_until_serving(engine)
 
-
-def invoke(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
 def test_cli_up_and_down(bed, router_factory) -> None:

@@ -13,6 +13,7 @@ from llm_bench.results import load_results
 from llm_bench.testbed.router import free_port
 from llm_bench.workloads import PARTS
 from tests.cli_process import LlmBench
+from tests.commands import only_file
 
 # The module, not the command of the same name that llm_bench.cli exports.
 run_command = importlib.import_module("llm_bench.cli.run")
@@ -35,7 +36,7 @@ def test_server_going_away_partway_exits_3_with_the_measured_alias_saved(router_
                                        "--max-tokens", "16", "--output-dir", str(tmp_path)])
     assert result.exit_code == ABORTED == 3, result.output
     assert "results so far are in" in result.output
-    (path,) = tmp_path.glob("*.toml")
+    path = only_file(tmp_path, "*.toml")
     first = load_results(path, PARTS).aliases[0]
     assert first.alias == "tiny-plain" and first.runs
 
@@ -56,7 +57,7 @@ def test_ctrl_c_exits_130_with_the_finished_alias_saved(router_factory, bed, tmp
     run.interrupt()
     assert run.finish(120) == INTERRUPTED == 130, run.stderr
     assert "interrupted" in run.stderr and "Traceback" not in run.stderr
-    (path,) = tmp_path.glob("*.toml")
+    path = only_file(tmp_path, "*.toml")
     saved = load_results(path, PARTS)
     assert saved.meta["complete"] is False
     first = saved.aliases[0]

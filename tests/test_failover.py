@@ -20,6 +20,7 @@ from llm_bench.cli import main
 from llm_bench.cli.exits import ABORTED, COULD_NOT_RUN, INTERRUPTED, OK, RAN_WITH_FAILURES
 from llm_bench.testbed.router import RouterProcess, free_port
 from tests.cli_process import LlmBench
+from tests.commands import only_file
 
 ALIAS = "tiny-plain"
 COOLDOWN_S = 1
@@ -112,7 +113,7 @@ def failover(*args: str) -> tuple[int, str]:
 
 
 def results_of(folder: Path) -> dict:
-    (path,) = folder.glob("llm-bench-*-failover.toml")
+    path = only_file(folder, "llm-bench-*-failover.toml")
     return tomllib.loads(path.read_text())
 
 

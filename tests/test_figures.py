@@ -38,6 +38,7 @@ from llm_bench.workloads.categories import CATEGORIES
 from llm_bench.workloads.common import run_record, spec_from_runs
 from llm_bench.workloads.concurrency import ConcurrencyLevel
 from llm_bench.workloads.standard import standard
+from tests.commands import only_file
 from tests.fake_nvml import FakeNvml
 from tests.scripted_server import DONE, Reply, delta, event, scripted_server, stream_reply
 
@@ -323,7 +324,7 @@ def test_a_server_that_goes_away_keeps_the_finished_runs_in_the_file(tmp_path):
 
         with pytest.raises(RunAborted, match="results so far are in"):
             run_plan(plan(server.url, tmp_path), log, nvml=Nvml(FakeNvml()))
-    (path,) = tmp_path.glob("*.toml")
+    path = only_file(tmp_path, "*.toml")
     saved = load_results(path, PARTS)
     assert saved.meta["complete"] is False
     assert [len(a.runs) for a in saved.aliases if a.alias == "m" and a.runs] == [2]
@@ -337,7 +338,7 @@ def test_each_record_is_in_the_file_as_soon_as_it_finishes(tmp_path):
     with scripted_server([zero_delay(1.0)] * 8, gets=ROUTER_API) as server:
         def log(message: str) -> None:
             if message.startswith("  category prose"):
-                (path,) = tmp_path.glob("*.toml")
+                path = only_file(tmp_path, "*.toml")
                 seen.append([len(a.runs) for a in load_results(path, PARTS).aliases])
 
         protocol = Protocol(runs=2, max_tokens=4, workloads=("standard", "categories")).with_settings(

@@ -10,16 +10,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from click.testing import CliRunner
 
-from llm_bench.cli import main
 from llm_bench.engines import open_engine
+from tests.commands import invoke
 
 KEY = "sekrit-key-123"
 
-
-def invoke(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from llm_bench.results import AliasRecord, load_results
 from llm_bench.runner import RunAborted, run_plan
 from llm_bench.workloads import PARTS
 from llm_bench.workloads.concurrency import concurrency, level_of, simultaneous
+from tests.commands import only_file
 
 
 def test_router_killed_during_run_3_of_5_keeps_runs_1_and_2(router_factory, bed, tmp_path):
@@ -26,7 +27,7 @@ def test_router_killed_during_run_3_of_5_keeps_runs_1_and_2(router_factory, bed,
                 protocol=Protocol(max_tokens=16, runs=5))
     with pytest.raises(RunAborted, match="results so far are in"):
         run_plan(plan, log)
-    (path,) = tmp_path.glob("*.toml")
+    path = only_file(tmp_path, "*.toml")
     (record,) = load_results(path, PARTS).aliases
     assert len(record.runs) == 2 and all(r.decode_tps for r in record.runs)
     assert record.errors and "run 3 of 5 failed (2 finished)" in record.errors[0]

@@ -7,9 +7,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from llm_bench.cli import main
 from llm_bench.engines.metrics import parse_prometheus, prefix_cache_counters, spec_counters
 from llm_bench.plan import ApiKeySource, Plan, PlanError, Protocol
 from llm_bench.results import load_results
@@ -19,17 +17,15 @@ from llm_bench.workloads import PARTS
 from llm_bench.workloads.categories import category_of
 from llm_bench.workloads.concurrency import level_of
 from llm_bench.workloads.prefix_cache import hit_of
+from tests.commands import invoke, only_file
 from tests.fake_vllm import FakeVllm, FakeVllmConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def invoke(*args: str, env: dict | None = None):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False, env=env)
-
 
 def only_results(folder: Path) -> dict:
-    (path,) = folder.glob("*.toml")
+    path = only_file(folder, "*.toml")
     return tomllib.loads(path.read_text())
 
 
@@ -90,7 +86,7 @@ def test_api_key_from_file_is_used_and_never_written(llama_server_bin, bed, rout
                 "--max-tokens", "16", "--api-key-file", str(key_file), "--output-dir", str(tmp_path / "ok"))
     assert ok.exit_code == 0, ok.output
     assert secret not in ok.output
-    (path,) = (tmp_path / "ok").glob("*.toml")
+    path = only_file((tmp_path / "ok"), "*.toml")
     text = path.read_text()
     assert secret not in text
     assert f"file {key_file}" in text  # where the key came from is provenance

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from llm_bench.cli import main
+from tests.commands import only_file
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +19,7 @@ def quality_file(router, tmp_path_factory):
     result = CliRunner().invoke(main, ["run", "--url", router.url, "--alias", "tiny-plain,tiny-ngram",
                                        "--workload", "quality", "--output-dir", str(out)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    (path,) = out.glob("*.toml")
+    path = only_file(out, "*.toml")
     return path, result
 
 

@@ -8,20 +8,15 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from llm_bench.cli import main
 from llm_bench.results import AliasRecord, RunRecord
 from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.workloads.common import precision_met
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+from tests.commands import invoke, only_file
 
 
 def results_file(folder: Path) -> Path:
-    (path,) = folder.glob("llm-bench-*.toml")
+    path = only_file(folder, "llm-bench-*.toml")
     return path
 
 

@@ -6,10 +6,8 @@ import tomllib
 
 import httpx
 import pytest
-from click.testing import CliRunner
 
 import llm_bench.engines.client as client_module
-from llm_bench.cli import main
 from llm_bench.cli.exits import RAN_WITH_FAILURES
 from llm_bench.demo import DRAFT_MAX, SYNTH_LEN
 from llm_bench.gpu.nvml import Nvml
@@ -19,6 +17,7 @@ from llm_bench.runner import RunAborted, run_plan
 from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.testbed.router import free_port
 from llm_bench.workloads import PARTS
+from tests.commands import invoke, only_file
 from tests.fake_nvml import FakeGpu, FakeNvml
 
 ALIASES = ["tiny-draft", "tiny-draft-synth", "tiny-ngram", "tiny-plain"]
@@ -30,9 +29,6 @@ def status_of(url: str, alias: str) -> str:
             return item["status"]["value"]
     raise AssertionError(f"{alias} not listed")
 
-
-def invoke(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +48,7 @@ def full_run(router, tmp_path_factory):
         result = invoke("run", "--url", router.url, "--output-dir", str(out), "--label", "cpu-test",
                         "--max-tokens", "256", "--runs", "3")
     assert result.exit_code == 0, result.output
-    (path,) = out.glob("*.toml")
+    path = only_file(out, "*.toml")
     return path, tomllib.loads(path.read_text()), seen_timings, result.output
 
 
@@ -166,7 +162,7 @@ def test_load_failure_is_recorded_and_the_run_goes_on(router_factory, bed, tmp_p
                     "--max-tokens", "16", "--runs", "1")
     assert result.exit_code == RAN_WITH_FAILURES == 1
     assert "some aliases failed" in result.output
-    (path,) = (tmp_path / "out").glob("*.toml")
+    path = only_file((tmp_path / "out"), "*.toml")
     records = {a.alias: a for a in load_results(path, PARTS).aliases}
     assert not records["broken"].runs
     assert "broken failed to load" in records["broken"].errors[0]  # the router's own message
@@ -184,7 +180,7 @@ def test_server_dying_mid_run_aborts_with_results_kept(router_factory, bed, tmp_
                 protocol=Protocol(max_tokens=16, runs=1))
     with pytest.raises(RunAborted, match="results so far are in"):
         run_plan(plan, log)
-    (path,) = tmp_path.glob("*.toml")
+    path = only_file(tmp_path, "*.toml")
     records = load_results(path, PARTS).aliases
     assert records[0].alias == "tiny-plain" and records[0].runs
     assert records[1].alias == "tiny-ngram" and "cannot connect" in records[1].errors[0]

@@ -30,6 +30,7 @@ from llm_bench.soak.traffic import (
 from llm_bench.soak.traffic import soak as run_soak
 from llm_bench.support.poll import poll_until
 from llm_bench.testbed.router import free_port
+from tests.commands import instance_pid
 from tests.fake_nvml import FakeNvml
 
 PLAIN_KINDS = ("prose", "code", "json", "long", "concurrent")
@@ -109,17 +110,6 @@ def test_the_mix_is_weighted_and_checked():
     assert result.exit_code == 2 and "unknown request kind 'video'" in result.output
 
 
-def instance_pid(router, alias: str) -> int:
-    """The router's model-instance process serving ``alias`` (a child of the router)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-            argv = (stat.parent / "cmdline").read_bytes().split(b"\0")
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == router.process.pid and alias.encode() in argv:
-            return int(stat.parent.name)
-    raise AssertionError(f"no instance process for {alias} under router pid {router.process.pid}")
 
 
 def test_soak_with_the_real_small_model_every_kind_a_restart_and_a_gpu_error(router_factory, smollm2, tmp_path):

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from tests.cli_process import LlmBench
+from tests.commands import instance_pid, only_file
 from tests.fake_nvml import FakeGpu, FakeNvml, use_in_subprocesses, write_state
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -30,7 +31,7 @@ class Soak(LlmBench):
         super().__init__("soak", "--url", url, "--output-dir", str(out), *args, stdout=out / "stdout.txt")
 
     def saved(self) -> dict:
-        (path,) = self.out.glob("*soak*.toml")
+        path = only_file(self.out, "*soak*.toml")
         return tomllib.loads(path.read_text())
 
 
@@ -73,17 +74,6 @@ def test_failures_up_to_the_number_allowed_exit_0_and_one_more_exits_1(router, w
     assert strict.saved()["soak"]["failures_by_kind"] == {"tool": {"no-tool-call": 1}}
 
 
-def instance_pid(router, alias: str) -> int:
-    """The router's model-instance process serving ``alias`` (a child of the router)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-            argv = (stat.parent / "cmdline").read_bytes().split(b"\0")
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == router.process.pid and alias.encode() in argv:
-            return int(stat.parent.name)
-    raise AssertionError(f"no instance process for {alias} under router pid {router.process.pid}")
 
 
 def test_a_model_instance_that_restarts_during_the_soak_exits_1(router_factory, tiny_models, watched, tmp_path):

@@ -13,13 +13,12 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from llm_bench.cli import main
 from llm_bench.demo import write_demo_bed
 from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.testbed.router import free_port
 from tests.cli_process import LlmBench
+from tests.commands import invoke, only_file
 
 SWITCH = Path(__file__).parent / "switchbed" / "switch.py"
 
@@ -103,12 +102,9 @@ def bed(tmp_path, llama_server_bin):
     bed.stop()
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
-
 
 def merged(out: Path) -> dict:
-    (path,) = out.glob("llm-bench-sweep-*-merged.toml")
+    path = only_file(out, "llm-bench-sweep-*-merged.toml")
     return tomllib.loads(path.read_text())
 
 

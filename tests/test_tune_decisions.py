@@ -23,6 +23,7 @@ from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.testbed.router import start_router
 from llm_bench.tune.search import TUNE
 from llm_bench.workloads import PARTS
+from tests.commands import only_file
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,7 @@ def tune(url: str, out: Path, *flags: str):
     result = CliRunner().invoke(main, ["tune", "--url", url, "--preset", "slow,fast", "--runs", "3",
                                        "--max-tokens", "32", "--screen-tokens", "8", "--max-rounds", "1",
                                        "--output-dir", str(out), "--accept", "off", *flags], catch_exceptions=False)
-    (path,) = out.glob("llm-bench-*-tune-*.toml")
+    path = only_file(out, "llm-bench-*-tune-*.toml")
     return result, load_results(path, PARTS)
 
 

@@ -12,6 +12,7 @@ from llm_bench.cli.exits import ABORTED
 from llm_bench.results import load_results
 from llm_bench.tune.search import SCREEN
 from llm_bench.workloads import PARTS
+from tests.commands import only_file
 from tests.lines import Lines
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,7 +42,7 @@ def test_router_dying_mid_tune_exits_3_with_the_screen_kept(router_factory, bed,
     assert "the router serving the candidates went away while " in text
     assert "run the same command again to resume" in text
 
-    (path,) = out.glob("llm-bench-*-tune-*.toml")
+    path = only_file(out, "llm-bench-*-tune-*.toml")
     result = load_results(path, PARTS)
     assert result.meta["complete"] is False
     control = [a for a in result.aliases if a.target == SCREEN and a.alias == "tiny-plain"]

@@ -19,8 +19,10 @@ from llm_bench.failover.command import (
     run_failover,
 )
 from llm_bench.failover.records import FailoverRun
+from llm_bench.failover.report import failover_of
 from llm_bench.failover.summary import summary
 from llm_bench.plan import DEFAULT_PROMPT, PlanError, shipped_prompt
+from llm_bench.results import read_toml
 from llm_bench.support.plotting import ChartError, check_chart_path
 
 DEFAULTS = FailoverSettings(url="", model="", stop_command="", start_command="", prompt="")
@@ -75,8 +77,8 @@ def failover(prompt_name, chart_path, api_key_file, api_key_env, **flags) -> Non
     except ProxyProblem as e:
         raise CouldNotRun(str(e)) from e
     except FailoverError as e:
-        if e.run is not None and e.path is not None:
-            _report(e.run, e.path, chart_path)
+        if e.path is not None:
+            _report(failover_of(e.path, read_toml(e.path)).run, e.path, chart_path)
         if isinstance(e, FailoverInterrupted):
             raise Interrupted(f"interrupted; what was measured is in {e.path}") from None
         assert isinstance(e, CommandFailed)

@@ -55,12 +55,12 @@ class FailoverSettings:
 
 
 class FailoverError(Exception):
-    """The run could not go on; ``path`` holds what was measured (None: nothing was)."""
+    """The run could not go on; ``path`` is the file that holds what was measured (None: nothing was), written
+    and closed before the error reaches the caller."""
 
-    def __init__(self, message: str, path: Path | None = None, run: FailoverRun | None = None):
+    def __init__(self, message: str, path: Path | None = None):
         super().__init__(message)
         self.path = path
-        self.run = run
 
 
 class ProxyProblem(FailoverError):
@@ -227,10 +227,7 @@ def run_failover(settings: FailoverSettings, log: Log) -> FailoverOutcome:
         try:
             return _measure(settings, run, load, results, now, log)
         except KeyboardInterrupt as e:
-            raise FailoverInterrupted("interrupted", results.path, run) from e
-        except CommandFailed as e:
-            e.run = run
-            raise
+            raise FailoverInterrupted("interrupted", results.path) from e
         finally:
             _restore(settings, run, results, now, log)
             load.stop(settings.request_timeout_s)
