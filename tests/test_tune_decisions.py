@@ -4,10 +4,11 @@ differ from the control's. Both with the gate of greedy answers (``--accept off`
 exact-answer items are measured; the verdict gate is decided in tests/test_tune_rounds.py and, on SmolLM2, in
 tests/test_tune_router.py).
 
-The presets: ``slow``, a random model with about 200 times the tiny model's weights (decodes some twenty times
-slower on the CPU bed, test_report_verdicts.py), and ``fast``, the tiny model, whose greedy answers share nothing
-with ``slow``'s. Both run one thread at realtime priority, so that the other processes on two cores do not
-blur a factor of twenty.
+The presets: ``slow``, a random model with about 200 times the tiny model's weights, and ``fast``, the tiny model,
+whose greedy answers share nothing with ``slow``'s. How much slower ``slow`` decodes depends on the machine: the
+tiny model's rate is bound by each token's fixed cost, which a busy machine raises (5-20 times on the CPU bed, as
+low as 4.8 seen in a whole-suite run), so the bed's own check asks for twice, far beyond the noise of three runs.
+Both run one thread at realtime priority, so that the other processes on two cores blur it less.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def test_a_control_that_is_slower_loses(two_speeds, tmp_path):
     assert result.exit_code == 0, result.output
     outcome = measured.meta["tune"]["outcome"]
     speeds = medians(measured)
-    assert speeds["fast"] > 5 * speeds["slow"]  # the bed is what the test needs
+    assert speeds["fast"] > 2 * speeds["slow"]  # the bed is what the test needs
     assert outcome["winner"] == "fast"
     assert outcome["separated"] is True
     assert outcome["verdict"].startswith("faster (")  # against the control, with its interval
@@ -77,7 +78,7 @@ def test_the_faster_preset_whose_answers_differ_is_refused_and_the_control_wins(
     assert result.exit_code == 0, result.output
     outcome = measured.meta["tune"]["outcome"]
     speeds = medians(measured)
-    assert speeds["fast"] > 5 * speeds["slow"]
+    assert speeds["fast"] > 2 * speeds["slow"]
     assert outcome["winner"] == "slow"
     [rejected] = outcome["rejected_for_quality"]
     assert rejected["name"] == "fast" and rejected["reason"].startswith("agreement 0% < 75% (0/3 identical")
