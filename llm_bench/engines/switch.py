@@ -13,12 +13,14 @@ their own; nothing here knows about Docker beyond the default command strings.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -142,15 +144,18 @@ def run_command(command: str, *, what: str, workdir: Path | None = None, env: Ma
     is killed: whatever the shell started (a compose up, a server) must not keep running while the
     sweep moves on."""
     log(f"{what}: {command}" + (f"  (in {workdir})" if workdir else ""))
+    with _sigint_deferred() as interrupted:
+        try:
+            proc = subprocess.Popen(
+                command, shell=True, cwd=workdir, env={**os.environ, **(env or {})},
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                text=True, errors="replace", start_new_session=True,
+            )
+        except OSError as e:  # e.g. a workdir that does not exist
+            raise SwitchError(f"{what}: cannot run `{command}`: {e}") from e
     try:
-        proc = subprocess.Popen(
-            command, shell=True, cwd=workdir, env={**os.environ, **(env or {})},
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, errors="replace", start_new_session=True,
-        )
-    except OSError as e:  # e.g. a workdir that does not exist
-        raise SwitchError(f"{what}: cannot run `{command}`: {e}") from e
-    try:
+        if interrupted:
+            raise KeyboardInterrupt
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired as e:
         kill_group(proc)
@@ -163,6 +168,22 @@ def run_command(command: str, *, what: str, workdir: Path | None = None, env: Ma
         tail = output.strip()[-2000:]
         raise SwitchError(f"{what}: `{command}` exited with code {proc.returncode}" + (f":\n{tail}" if tail else ""))
     return output
+
+
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[list[int]]:
+    """Ctrl-C held back while the command starts: a KeyboardInterrupt inside Popen, after the fork and before
+    Popen returns, would leave the command running with no handle to kill it (a switch that then completes
+    behind the sweep's switch back). The list says whether one came; off the main thread, nothing is held."""
+    came: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield came
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
+    try:
+        yield came
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def kill_group(proc: subprocess.Popen, grace: float = 5.0) -> None:
