@@ -10,8 +10,8 @@ prompt, ~1.8 s or more). The TTFT objective also sets the client's allowed lag (
 objective refuses levels whenever the shared machine makes the client late, which is why the request is
 scaled to the objective and not the objective to the request. A run over the 2- and 1-slot presets shows the
 larger answer for more slots, a second over the 2-slot one its stability; every request is checked against the
-server's own timings and counters. A real SIGINT, a server killed partway, an objective nothing meets, one that cannot
-be checked, and the open loop's seeded arrivals each get their own test.
+server's own timings and counters. A real SIGINT, a server killed partway, an objective nothing meets, one that
+cannot be checked, and the open loop's seeded arrivals each get their own test.
 """
 
 from __future__ import annotations
@@ -42,14 +42,15 @@ from tests.fake_vllm import FakeVllm, FakeVllmConfig
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_TOKENS = 96
-OBJECTIVE = ["--min-stream-tps", "10", "--max-ttft-s", "1.2"]
 MAX_TTFT_S = 1.2
+OBJECTIVE = ["--min-stream-tps", "10", "--max-ttft-s", str(MAX_TTFT_S)]
 # A request's decode alone, a little over the TTFT objective: queued behind one, a request waits that long and then
 # its own prompt (~0.25 s), so the queued TTFT clears the objective by at least the prompt's time on any machine.
 REQUEST_S = 1.25
 # Two window requests: at N = slots + 1 closed-loop streams, two consecutive requests wait for the next two slot
 # releases, which together take a whole request's time, so one of them waits at least half a request on two busy
-# slots (about REQUEST_S: one server thread decodes both) before its prompt: p95 TTFT (their max) breaks MAX_TTFT_S as surely as over four.
+# slots (about REQUEST_S: one server thread decodes both) before its prompt: p95 TTFT (their max) breaks MAX_TTFT_S
+# as surely as over four.
 QUICK = ["--warmup-s", "1", "--window-s", "1", "--min-window-requests", "2"]
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle.\n"
 
