@@ -14,6 +14,7 @@ from llm_bench.runner import RunAborted, run_plan
 from llm_bench.workloads import PARTS
 from llm_bench.workloads.concurrency import concurrency, level_of, simultaneous
 from tests.commands import only_file
+from tests.gate import RequestGate
 
 
 def test_router_killed_during_run_3_of_5_keeps_runs_1_and_2(router_factory, bed, tmp_path):
@@ -63,19 +64,26 @@ def test_streams_of_a_batch_overlap(router_factory, larger_model):
 
 
 def test_128_streams_are_not_queued_by_the_client(router_factory, bed):
-    # 512 tokens of context a slot, so that every stream generates its 384 tokens: with 128 a slot, the streams
-    # stopped after 235 tokens (about 5 s), and once on a busy machine the first ended before the client had
-    # written the last
-    router = eight_slots(router_factory, bed, 128, 128 * 512)
-    engine = open_engine("llama-cpp", router.url, timeout=120, streams=128)
+    # The gate holds every request until all 128 have reached it: without it, a busy machine ran the client's
+    # threads so slowly that the server finished the first streams (one alone decodes 384 tokens in 0.4 s)
+    # before the client had written the last, and the test failed with a client that queued nothing.
+    router = eight_slots(router_factory, bed, 128, 128 * 256)
+    request = ChatRequest("tiny", "Hi", 64, 1.0, 42, prompt_cache=False)
+    warm = open_engine("llama-cpp", router.url, timeout=120)
     try:
-        request = ChatRequest("tiny", "Hi", 384, 1.0, 42, prompt_cache=False)
-        engine.stream(request)
-        measurements, errors, _ = simultaneous(engine, request, 128)
+        warm.stream(request)  # load the model
     finally:
-        engine.close()
-    assert errors == [] and len(measurements) == 128 and {m.output_tokens for m in measurements} == {384}
-    # a request the client's pool held back could go onto a connection only after some stream ended
+        warm.close()
+    with RequestGate(router.url, expect=128, timeout_s=60) as gate:
+        engine = open_engine("llama-cpp", gate.url, timeout=120, streams=128)
+        try:
+            measurements, errors, _ = simultaneous(engine, request, 128)
+        finally:
+            engine.close()
+    assert errors == [] and len(measurements) == 128 and {m.output_tokens for m in measurements} == {64}
+    # a request the client's pool held back would reach the gate only after some stream ended: the gate would
+    # have opened on its timeout, with fewer than 128 requests in
+    assert gate.opened_by_count, f"only {gate.arrived} of 128 requests were out before the gate's timeout"
     assert all(m.written_at is not None for m in measurements)
     assert max(m.written_at for m in measurements) < min(m.done_at for m in measurements)
 
