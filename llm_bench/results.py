@@ -8,7 +8,6 @@ TOML has no null: a figure that does not exist is left out, never written as 0.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import statistics
 import tomllib
@@ -59,69 +58,6 @@ class RunRecord:
     reasoning_source: str | None = None  # "server" (completion_tokens_details) or "deltas" (chunks counted)
     backend: str | None = None  # through a LiteLLM proxy: the backend that answered (x-litellm-model-api-base)
     proxy_overhead_ms: float | None = None  # the proxy's own time on the request (x-litellm-overhead-duration-ms)
-
-
-@dataclass
-class QualityOutput:
-    """One greedy answer of the quality workload's agreement set."""
-
-    prompt_id: str
-    text: str
-    output_tokens: int | None = None
-    token_ids: list[int] | None = None  # where the server reports them (logprobs with ids)
-    finish_reason: str | None = None
-
-
-@dataclass
-class RecallProbe:
-    """One needle at one depth of one filler length; skipped (with the reason) beyond the context."""
-
-    length_tokens: int
-    depth: float
-    expected: str
-    prompt_tokens: int | None = None
-    answer: str | None = None
-    found: bool | None = None
-    skipped: str | None = None
-
-
-@dataclass
-class QuestionResult:
-    """One exact-answer question."""
-
-    question_id: str
-    kind: str
-    expected: str
-    answer: str
-    correct: bool
-
-
-@dataclass
-class ForcedText:
-    """One segment of the reference text teacher-forced through a configuration: its token ids as this
-    configuration tokenises it, and from position ``first`` on, the top-k next tokens the server listed
-    (``top_ids[j]``, ``top_logprobs[j]``: after the first ``first + j`` ids)."""
-
-    segment: str
-    text: str
-    prompt: str  # the leading part of text that is not scored (a chat-templated question; empty for a file)
-    first: int
-    token_ids: list[int]
-    top_ids: list[list[int]]
-    top_logprobs: list[list[float]]
-
-
-@dataclass
-class ExactAnswer:
-    """One generated exact-answer item (``llm_bench.quality.exact_items``)."""
-
-    item_id: str
-    answer: str
-    correct: bool
-
-
-QUALITY_LISTS = {"quality_outputs": QualityOutput, "recall": RecallProbe, "questions": QuestionResult,
-                 "forced": ForcedText, "exact_answers": ExactAnswer}
 
 
 class Part(typing.Protocol):
@@ -200,19 +136,6 @@ class AliasRecord:
     model_bytes: int | None = None  # roofline: bytes read per token, approximated by the model file size
     memory_bandwidth_gbs: float | None = None  # roofline: the GPU's peak memory bandwidth
     roofline_tps: float | None = None  # bandwidth / model bytes (x mean acceptance length when drafting)
-    # The quality workload (workload = "quality"); see llm_bench.workloads.quality.
-    quality_comparison: str | None = None  # "tokens" (token ids reported) or "characters"
-    quality_outputs: list[QualityOutput] = field(default_factory=list)
-    recall: list[RecallProbe] = field(default_factory=list)
-    questions: list[QuestionResult] = field(default_factory=list)
-    # Token distributions over the reference text (top_k per position) and the exact-answer items; a
-    # comparison that cannot be made (no log-probabilities, a text beyond the context, another
-    # tokeniser) is named in forced_error, never scored.
-    top_k: int | None = None
-    forced: list[ForcedText] = field(default_factory=list)
-    forced_error: str | None = None
-    forced_seconds: float | None = None
-    exact_answers: list[ExactAnswer] = field(default_factory=list)
     # Adaptive run count (protocol.precision): the target, the relative half-width of the median's 95 %
     # interval reached, and why measuring stopped ("precision" or "max_runs"); absent with fixed runs.
     precision_target: float | None = None
@@ -274,11 +197,8 @@ class AliasRecord:
                 record[key] = int(s.median)
         record["comparable"] = self.comparable
         rest = {k: getattr(self, k) for k in self.__dataclass_fields__
-                if k not in record and k not in ("runs", "spec", "part", *QUALITY_LISTS)}
+                if k not in record and k not in ("runs", "spec", "part")}
         record.update(_drop_none(rest))
-        for name in QUALITY_LISTS:
-            if getattr(self, name):
-                record[name] = [_drop_none(asdict(item)) for item in getattr(self, name)]
         if self.part is not None:
             record[self.workload] = _without_none(self.part.to_toml())
         record["runs"] = [_drop_none(asdict(run)) for run in self.runs]
@@ -288,10 +208,7 @@ class AliasRecord:
     def from_toml(cls, data: dict[str, Any], parts: PartTypes) -> AliasRecord:
         """A record as the file keeps it; its workload's part read by that workload's part type."""
         fields = {k: v for k, v in data.items()
-                  if k in cls.__dataclass_fields__ and k not in ("runs", "spec", "part", *QUALITY_LISTS)}
-        for name, kind in QUALITY_LISTS.items():
-            known = {f.name for f in dataclasses.fields(kind)}
-            fields[name] = [kind(**{k: v for k, v in item.items() if k in known}) for item in data.get(name, [])]
+                  if k in cls.__dataclass_fields__ and k not in ("runs", "spec", "part")}
         if fields.get("workload") == LEGACY_STANDARD:
             fields["workload"] = STANDARD
         workload = str(fields.get("workload", STANDARD))

@@ -5,7 +5,8 @@ position, and "speculation changed the output" fires up to its 32-token (128-cha
 from __future__ import annotations
 
 from llm_bench.report.rows import Row
-from llm_bench.results import AliasRecord, QualityOutput
+from llm_bench.results import AliasRecord
+from llm_bench.workloads.quality.record import QualityOutput, QualityResults
 from llm_bench.workloads.quality.score import (
     SPEC_EARLY,
     SPECULATION_CHANGED,
@@ -56,7 +57,7 @@ def test_the_first_difference_is_the_exact_position():
 def quality_record(alias: str, args: list[str], outputs: list[QualityOutput]) -> AliasRecord:
     return AliasRecord(alias=alias, target="t", workload="quality", server_build="b1",
                        preset_args=["llama-server", "--port", "1", "--alias", alias, *args],
-                       quality_comparison="tokens", quality_outputs=outputs)
+                       part=QualityResults(comparison="tokens", outputs=outputs))
 
 
 def row(record: AliasRecord) -> Row:

@@ -10,17 +10,18 @@ from llm_bench.engines.openai import OpenAIEngine
 from llm_bench.plan import Protocol
 from llm_bench.report import load_rows, markdown_table
 from llm_bench.report.rows import Row
-from llm_bench.results import (
-    AliasRecord,
-    QualityOutput,
-    QuestionResult,
-    RecallProbe,
-    ResultSet,
-    ResultsWriter,
-    load_results,
-)
+from llm_bench.results import AliasRecord, ResultSet, ResultsWriter, load_results, read_toml, write_toml
 from llm_bench.workloads import PARTS
 from llm_bench.workloads.quality import QUALITY, code_found, load_quality_set, quality, recall_prompt, trim_answer
+from llm_bench.workloads.quality.record import (
+    ExactAnswer,
+    ForcedText,
+    QualityOutput,
+    QualityResults,
+    QuestionResult,
+    RecallProbe,
+    quality_results,
+)
 from llm_bench.workloads.quality.score import agreement, control_for, quality_rows
 from tests.fake_vllm import FakeVllm, FakeVllmConfig
 
@@ -84,7 +85,7 @@ def test_agreement_compares_only_prompts_both_answered():
 def quality_record(alias: str, args: list[str], outputs: list[QualityOutput], build: str = "b1") -> AliasRecord:
     return AliasRecord(alias=alias, target="t", workload="quality", server_build=build,
                        preset_args=["llama-server", "--port", "1234", "--alias", alias, *args],
-                       quality_comparison="tokens", quality_outputs=outputs)
+                       part=QualityResults(comparison="tokens", outputs=outputs))
 
 
 def row(record: AliasRecord) -> Row:
@@ -124,21 +125,34 @@ def test_only_an_early_difference_from_the_control_is_flagged():
 
 def test_quality_records_round_trip_and_old_files_still_load(tmp_path: Path):
     record = quality_record("plain", ["--model", "/m.gguf"], [out("code", "def f():\n    return 1", [5, 6, 7])])
-    record.questions = [QuestionResult("arithmetic", "arithmetic", "42", "32", False)]
-    record.recall = [RecallProbe(1536, 0.5, "2533", 1400, "The code is 2533.", True),
-                     RecallProbe(32768, 0.5, "7194", skipped="beyond the context")]
+    results = quality_results(record)
+    results.questions = [QuestionResult("arithmetic", "arithmetic", "42", "32", False)]
+    results.recall = [RecallProbe(1536, 0.5, "2533", 1400, "The code is 2533.", True),
+                      RecallProbe(32768, 0.5, "7194", skipped="beyond the context")]
+    results.forced = [ForcedText("code", "ab", "", 1, [5, 6], [[6, 9]], [[-0.1, -2.5]])]
+    results.forced_seconds, results.exact_answers = 1.5, [ExactAnswer("arithmetic-easy-1", "470", True)]
     writer = ResultsWriter(tmp_path, ResultSet({"format": "llm-bench/1", "label": "t"}), "q")
     writer.add(record)
+    written = read_toml(writer.path)["aliases"][0]
+    assert written["quality"]["comparison"] == "tokens" and written["quality"]["outputs"][0]["token_ids"] == [5, 6, 7]
+    assert "quality_outputs" not in written and "recall" not in written  # the part alone holds them
     loaded = load_results(writer.path, PARTS).aliases[0]
-    assert loaded.quality_outputs == record.quality_outputs
-    assert loaded.questions == record.questions and loaded.recall == record.recall
-    assert loaded.quality_comparison == "tokens" and loaded.configuration == "plain [quality]"
+    assert loaded.part == results and loaded.configuration == "plain [quality]"
+
+    # a file written before the workload owned its part: the same figures in the record's flat keys
+    flat = {k: v for k, v in written.items() if k != "quality"}
+    flat |= {"quality_comparison": "tokens", "quality_outputs": written["quality"]["outputs"],
+             **{k: written["quality"][k] for k in ("questions", "recall", "forced", "forced_seconds", "exact_answers")}}
+    before = tmp_path / "flat.toml"
+    write_toml(before, {"meta": {"format": "llm-bench/1", "label": "t"}, "aliases": [flat]})
+    (migrated,) = load_results(before, PARTS).aliases
+    assert migrated.part == results and migrated.configuration == "plain [quality]"
 
     old = tmp_path / "old.toml"  # a file written before the quality workload existed
     old.write_text('[meta]\nformat = "llm-bench/1"\nlabel = "x"\n\n[[aliases]]\nalias = "a"\nworkload = "protocol"\n'
                    'comparable = true\n\n[[aliases.runs]]\ndecode_tps = 10.0\n')
     (a,) = load_results(old, PARTS).aliases
-    assert a.quality_outputs == [] and a.recall == [] and a.questions == [] and a.workload == "standard"
+    assert a.part is None and a.workload == "standard"
     assert "Quality" not in markdown_table(load_rows([old]))
 
 
@@ -167,14 +181,15 @@ def test_the_openai_engine_gets_token_ids_from_vllms_format_and_a_unique_salt():
         (record,) = kept
         engine.close()
         salts = {salt for salt, _prompt in fake.state.seen_prompts}
-    assert record.quality_comparison == "tokens"
+    results = quality_results(record)
+    assert results.comparison == "tokens"
     assert len(salts) == fake.state.chat_calls == 1 + 3 + 4 + 1  # every request its own salt: no cached prefix
-    found, skipped = record.recall
+    found, skipped = results.recall
     assert found.length_tokens == 1024 and found.expected == "2533" and found.found is True
     assert skipped.length_tokens == 65536 and "32768" in skipped.skipped and skipped.found is None
-    assert all(not q.correct for q in record.questions)
+    assert all(not q.correct for q in results.questions)
     # this stand-in has no /tokenize: the distributions are named as not scored, the rest is measured
-    assert "a request for log-probabilities failed" in record.forced_error and "404" in record.forced_error
+    assert "a request for log-probabilities failed" in results.forced_error and "404" in results.forced_error
 
 
 def test_the_chart_marks_configurations_whose_answers_differ(tmp_path: Path):

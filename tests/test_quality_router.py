@@ -21,6 +21,7 @@ from llm_bench.runner import run_plan
 from llm_bench.testbed.router import RouterProcess, start_router
 from llm_bench.workloads import PARTS
 from llm_bench.workloads.quality import QUALITY
+from llm_bench.workloads.quality.record import quality_results
 from llm_bench.workloads.quality.score import SPECULATION_CHANGED, quality_rows
 
 PRESETS = ("smol-plain", "smol-self-draft", "smol-random-draft", "smol-synth")
@@ -52,17 +53,18 @@ def test_one_run_measures_speed_then_quality_for_every_preset(measured: Path):
     for r in records:
         assert not r.errors, (r.alias, r.errors)
         if r.workload == "quality":
-            assert len(r.quality_outputs) == 3 and len(r.questions) == 4
-            assert all(o.text and o.output_tokens for o in r.quality_outputs)
+            results = quality_results(r)
+            assert len(results.outputs) == 3 and len(results.questions) == 4
+            assert all(o.text and o.output_tokens for o in results.outputs)
             # 8192 tokens do not fit the presets' context of 4096 (the server's n_ctx): skipped, with the reason
-            measured_probe, skipped = r.recall
+            measured_probe, skipped = results.recall
             assert measured_probe.found is not None and measured_probe.prompt_tokens > 800
             assert skipped.found is None and "4096" in skipped.skipped
 
 
 def test_the_plain_preset_finds_a_needle_in_the_middle(measured: Path):
     plain = next(r for r in load_results(measured, PARTS).aliases if r.alias == "smol-plain" and r.workload == "quality")
-    probe = plain.recall[0]
+    probe = quality_results(plain).recall[0]
     assert probe.found, probe.answer
     assert probe.expected in probe.answer
 

@@ -28,6 +28,7 @@ from llm_bench.tune.plan import QualityGate
 from llm_bench.tune.search import gate_reasons, score
 from llm_bench.workloads import PARTS
 from llm_bench.workloads.quality import QUALITY
+from llm_bench.workloads.quality.record import quality_results
 from llm_bench.workloads.quality.score import (
     LOSSLESS,
     LOSSY,
@@ -79,7 +80,7 @@ def qrows(path: Path) -> dict:
 
 
 def test_every_configuration_is_forced_over_the_references_own_answers(measured: Path) -> None:
-    records = {r.alias: r for r in load_results(measured, PARTS).aliases if r.workload == "quality"}
+    records = {r.alias: quality_results(r) for r in load_results(measured, PARTS).aliases if r.workload == "quality"}
     text = [(f.segment, f.token_ids, f.first) for f in records[PLAIN].forced]
     assert len(text) == 6 and all(first > 1 for _, _, first in text)  # after the chat template
     for alias in MEASURED:
@@ -130,7 +131,7 @@ def test_the_verdicts_reach_the_tables_the_summary_the_html_and_json_csv(measure
 def test_distributions_over_other_tokens_than_the_references_are_not_scored(measured: Path) -> None:
     records = {r.alias: r for r in load_results(measured, PARTS).aliases if r.workload == "quality"}
     other = records[Q8]
-    other.forced[2].token_ids[-1] += 1  # e.g. a results file from a run with another reference text
+    quality_results(other).forced[2].token_ids[-1] += 1  # e.g. a results file from a run with another reference text
     found = distributions(records[PLAIN], other)
     assert found.divergence is None and "forced over other tokens than the reference smol-plain" in found.problem
     assert quality_verdict(found, None, True) is None
@@ -163,12 +164,12 @@ def bad_input(bed: RouterProcess, tmp_path_factory: pytest.TempPathFactory) -> P
 
 
 def test_a_text_beyond_the_context_and_another_tokeniser_are_named_not_scored(bad_input: Path) -> None:
-    records = {r.alias: r for r in load_results(bad_input, PARTS).aliases if r.workload == "quality"}
+    records = {r.alias: quality_results(r) for r in load_results(bad_input, PARTS).aliases if r.workload == "quality"}
     assert records[PLAIN].forced and records[PLAIN].forced[0].first == 1 and not records[PLAIN].forced_error
     assert "'tiny' tokenises the reference text differently from 'smol-plain'" in records[TINY].forced_error
     assert "takes" in records[SHORT].forced_error and "server reports 256" in records[SHORT].forced_error
     assert not records[TINY].forced and not records[SHORT].forced
-    assert records[SHORT].quality_outputs  # the rest of the quality workload was measured
+    assert records[SHORT].outputs  # the rest of the quality workload was measured
     rows = load_rows([bad_input])
     q = {r.configuration: r for r in quality_rows(rows, find_baseline(rows, PLAIN))}
     assert q[TINY].verdict is None and q[SHORT].verdict is None
@@ -184,10 +185,12 @@ def test_fewer_log_probabilities_than_asked_and_a_server_without_prompt_logprobs
     text.write_text("a short text for the tiny model")
     few = Plan(url=bed.url, aliases=(TINY,), label="few", output_dir=tmp_path,
                protocol=protocol(("quality",), text_file=text, exact_items_per_kind=0, top_k=300))
-    record = next(r for r in load_results(run_plan(few, print).path, PARTS).aliases if r.workload == "quality")
+    record = next(quality_results(r) for r in load_results(run_plan(few, print).path, PARTS).aliases
+                  if r.workload == "quality")
     assert "'tiny', position 1: the server listed" in record.forced_error and "where 300 were asked" in record.forced_error
     # llama-server through the OpenAI engine: /v1/completions has no prompt_logprobs
     none = Plan(url=bed.url, aliases=(TINY,), label="none", output_dir=tmp_path, engine="openai",
                 protocol=protocol(("quality",), text_file=text, exact_items_per_kind=0))
-    record = next(r for r in load_results(run_plan(none, print).path, PARTS).aliases if r.workload == "quality")
+    record = next(quality_results(r) for r in load_results(run_plan(none, print).path, PARTS).aliases
+                  if r.workload == "quality")
     assert "no position to ask log-probabilities for" in record.forced_error and not record.forced

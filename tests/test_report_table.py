@@ -12,6 +12,7 @@ from llm_bench.report.html import render_html
 from llm_bench.report.rows import base_for, find_baseline
 from llm_bench.results import AliasRecord, ResultSet, RunRecord
 from llm_bench.workloads.categories import PromptCategory
+from llm_bench.workloads.quality.record import QualityOutput, QualityResults
 
 
 def record(alias: str, rates: list[float], category: str | None = None) -> AliasRecord:
@@ -59,11 +60,9 @@ def test_a_category_is_compared_with_the_baselines_same_category():
 
 
 def test_the_html_page_carries_the_quality_section_against_the_baseline():
-    from llm_bench.results import QualityOutput
-
     def quality(alias: str, ids: list[int]) -> AliasRecord:
         return AliasRecord(alias=alias, workload="quality",
-                           quality_outputs=[QualityOutput("a", "x", len(ids), ids, "length")])
+                           part=QualityResults(outputs=[QualityOutput("a", "x", len(ids), ids, "length")]))
 
     result = result_set()
     result.aliases += [quality("base", [1, 2, 3]), quality("fast", [1, 2, 9])]

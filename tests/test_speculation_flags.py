@@ -33,9 +33,10 @@ from llm_bench.preset_args import (
     without_speculation,
 )
 from llm_bench.report.rows import Row
-from llm_bench.results import AliasRecord, QualityOutput
+from llm_bench.results import AliasRecord
 from llm_bench.testbed.llama_server import read_source_file
 from llm_bench.tune.grid import effective
+from llm_bench.workloads.quality.record import QualityOutput, QualityResults
 from llm_bench.workloads.quality.score import control_for, quality_rows
 
 MODEL = ["llama-server", "--model", "/m/smol.gguf", "--ctx-size", "4096"]
@@ -121,8 +122,8 @@ def test_ini_settings_ask_the_same_table() -> None:
 
 def record(alias: str, args: list[str], ids: list[int]) -> AliasRecord:
     return AliasRecord(alias=alias, target="t", workload="quality", server_build="b1",
-                       preset_args=[*MODEL, "--port", "1234", "--alias", alias, *args], quality_comparison="tokens",
-                       quality_outputs=[QualityOutput("code", "", len(ids), ids, "length")])
+                       preset_args=[*MODEL, "--port", "1234", "--alias", alias, *args],
+                       part=QualityResults("tokens", [QualityOutput("code", "", len(ids), ids, "length")]))
 
 
 def row(r: AliasRecord) -> Row:

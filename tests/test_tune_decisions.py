@@ -24,6 +24,7 @@ from llm_bench.testbed.presets import render_presets_ini
 from llm_bench.testbed.router import start_router
 from llm_bench.tune.search import TUNE
 from llm_bench.workloads import PARTS
+from llm_bench.workloads.quality.record import quality_results
 from tests.commands import only_file
 
 
@@ -84,5 +85,6 @@ def test_the_faster_preset_whose_answers_differ_is_refused_and_the_control_wins(
     assert rejected["name"] == "fast" and rejected["reason"].startswith("agreement 0% < 75% (0/3 identical")
     assert outcome["stop_reason"].startswith("no other contender is left after round 1")
     quality = {a.alias: a for a in measured.aliases if a.target == TUNE and a.workload == "quality"}
-    assert [o.token_ids for o in quality["fast"].quality_outputs] != [o.token_ids for o in quality["slow"].quality_outputs]
+    assert [o.token_ids for o in quality_results(quality["fast"]).outputs] != \
+        [o.token_ids for o in quality_results(quality["slow"]).outputs]
     assert "- winner: the control **slow**, " in result.output and "rejected for quality: fast" in result.output

@@ -9,10 +9,11 @@ import math
 from dataclasses import dataclass, field
 
 from llm_bench.plan import Protocol
-from llm_bench.results import AliasRecord, ForcedText, QualityOutput, RecallProbe, RunRecord
+from llm_bench.results import AliasRecord, RunRecord
 from llm_bench.tune import search
 from llm_bench.tune.grid import Candidate
 from llm_bench.tune.plan import Budget, QualityGate, TunePlan
+from llm_bench.workloads.quality.record import ForcedText, QualityOutput, QualityResults, RecallProbe
 
 SAME = [[1, 2, 3, 4], [5, 6, 7], [8, 9]]  # the control's greedy answers, as token ids
 OFF = QualityGate(accept="off")  # the gate of greedy answers alone: agreement of 75 % and recall
@@ -37,10 +38,10 @@ def forced(top: list[float]) -> list[ForcedText]:
 def entry(name: str, rates: list[float], answers: list[list[int]] = SAME, *, control: bool = False,
           recall: list[bool] | None = None, distribution: list[float] | None = None) -> search.Entry:
     quality = AliasRecord(alias=name, workload="quality", target=search.TUNE,
-                          quality_outputs=[QualityOutput(f"p{i}", "", len(ids), ids, "length")
-                                           for i, ids in enumerate(answers)],
-                          recall=[RecallProbe(1024, 0.5, "2533", found=f) for f in (recall or [])],
-                          forced=forced(distribution) if distribution else [])
+                          part=QualityResults(
+                              outputs=[QualityOutput(f"p{i}", "", len(ids), ids, "length") for i, ids in enumerate(answers)],
+                              recall=[RecallProbe(1024, 0.5, "2533", found=f) for f in (recall or [])],
+                              forced=forced(distribution) if distribution else []))
     full = AliasRecord(alias=name, target=search.TUNE, runs=[RunRecord(decode_tps=r) for r in rates])
     return search.Entry(Candidate(name, (), ()), control=control, full=full, quality_record=quality, finalist=True)
 

@@ -27,6 +27,7 @@ from llm_bench.results import load_results
 from llm_bench.support.poll import poll_until
 from llm_bench.tune.search import SCREEN, TUNE
 from llm_bench.workloads import PARTS
+from llm_bench.workloads.quality.record import quality_results
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -184,17 +185,17 @@ def test_winner_has_a_verdict_and_passed_the_quality_gate(tuned: Tuned) -> None:
         assert outcome["verdict"] in tuned.second.stdout
     # The quality workload ran on the control and each finalist, in the results file like any record.
     quality = {a.alias: a for a in final.aliases if a.target == TUNE and a.workload == "quality"}
-    control = [o.text for o in quality[tune["control"]].quality_outputs]
+    control = [o.text for o in quality_results(quality[tune["control"]]).outputs]
     assert control and winner in quality
     # Speculative decoding is lossless: the model drafting for itself gives the control's greedy outputs.
     if "sm-self" in quality:
-        assert [o.text for o in quality["sm-self"].quality_outputs] == control
+        assert [o.text for o in quality_results(quality["sm-self"]).outputs] == control
     # Whatever the gate rejected has outputs that differ from the control's, and did not win.
     for rejected in outcome["rejected_for_quality"]:
         assert rejected["name"] != winner
         assert re.match(r"(lossy|near-lossless|quality not scored|agreement|recall)", rejected["reason"])
         if rejected["reason"].startswith("agreement"):
-            assert [o.text for o in quality[rejected["name"]].quality_outputs] != control
+            assert [o.text for o in quality_results(quality[rejected["name"]]).outputs] != control
         assert f"rejected for quality: {rejected['name']}" in tuned.second.stdout
     # Full runs of the rounds: every contender has runs measured by the server's own timings.
     full = {a.alias: a for a in final.aliases if a.target == TUNE and a.workload == "standard"}

@@ -53,6 +53,7 @@ from llm_bench.tune.plan import QualityGate, TunePlan
 from llm_bench.tune.serve import Served, load_errors
 from llm_bench.workloads import PARTS
 from llm_bench.workloads.quality import QUALITY
+from llm_bench.workloads.quality.record import quality_results
 from llm_bench.workloads.quality.score import (
     VERDICTS,
     Agreement,
@@ -104,9 +105,9 @@ class QualityScore:
 def score(candidate: AliasRecord, control: AliasRecord) -> QualityScore:
     dist = distributions(control, candidate)
     answers = answers_verdict(control, candidate)
-    return QualityScore(agreement(control.quality_outputs, candidate.quality_outputs),
-                        recall_share(candidate.recall), recall_share(control.recall),
-                        accuracy(candidate.questions), accuracy(control.questions), dist, answers,
+    mine, theirs = quality_results(candidate), quality_results(control)
+    return QualityScore(agreement(theirs.outputs, mine.outputs), recall_share(mine.recall), recall_share(theirs.recall),
+                        accuracy(mine.questions), accuracy(theirs.questions), dist, answers,
                         quality_verdict(dist, answers, same_answers(control, candidate)))
 
 
@@ -202,8 +203,9 @@ def previous_result(output_dir: Path, print_: str) -> ResultSet | None:
 
 def requests_of(record: AliasRecord) -> int:
     """The requests a record's figures took (its warm-up aside)."""
-    return len(record.runs) + len(record.quality_outputs) + len(record.questions) + \
-        sum(1 for p in record.recall if p.found is not None)
+    quality = quality_results(record)
+    return len(record.runs) + len(quality.outputs) + len(quality.questions) + \
+        sum(1 for p in quality.recall if p.found is not None)
 
 
 class Budget:

@@ -29,7 +29,8 @@ from llm_bench.engines.logprobs import (
     teacher_force,
 )
 from llm_bench.quality.exact_items import generate_items, is_correct
-from llm_bench.results import AliasRecord, ExactAnswer, ForcedText
+from llm_bench.results import AliasRecord
+from llm_bench.workloads.quality.record import ExactAnswer, ForcedText, QualityResults, quality_results
 from llm_bench.workloads.quality.settings import QualitySettings, ReferenceText
 
 EXACT_MAX_TOKENS = 16
@@ -75,29 +76,29 @@ def force(source: LogprobSource, alias: str, reference: Sequence[ReferenceText],
 
 
 def measure_distributions(engine: Engine, alias: str, settings: QualitySettings, seed: int,
-                          record: AliasRecord) -> str:
-    """Fills the record's ``forced`` (or names why not in ``forced_error``); returns a line for the log."""
+                          results: QualityResults) -> str:
+    """Fills the results' ``forced`` (or names why not in ``forced_error``); returns a line for the log."""
     source = engine.logprobs() if engine.capabilities.top_logprobs else None
     if source is None:
-        record.forced_error = (f"the {engine.kind} engine cannot list the top-k log-probabilities of a given "
-                               "text's tokens, so its token distributions were not compared")
-        return f"token distributions: NOT SCORED: {record.forced_error}"
+        results.forced_error = (f"the {engine.kind} engine cannot list the top-k log-probabilities of a given "
+                                "text's tokens, so its token distributions were not compared")
+        return f"token distributions: NOT SCORED: {results.forced_error}"
     started = time.perf_counter()
     try:
         reference = settings.reference_text or make_reference(engine, source, alias, settings, seed)
-        record.top_k = settings.top_k
-        record.forced = force(source, alias, reference, settings.top_k)
+        results.top_k = settings.top_k
+        results.forced = force(source, alias, reference, settings.top_k)
     except TeacherForcingError as e:
-        record.forced, record.forced_error = [], str(e)
+        results.forced, results.forced_error = [], str(e)
         return f"token distributions: NOT SCORED: {e}"
     except ServerUnreachable:
         raise
     except ServerError as e:  # e.g. a server without the tokenise or template route: the rest of the record stays
-        record.forced, record.forced_error = [], f"a request for log-probabilities failed: {e}"
-        return f"token distributions: NOT SCORED: {record.forced_error}"
-    record.forced_seconds = time.perf_counter() - started
-    positions = sum(len(f.top_ids) for f in record.forced)
-    return (f"token distributions: top {settings.top_k} at {positions} positions in {record.forced_seconds:.1f} s"
+        results.forced, results.forced_error = [], f"a request for log-probabilities failed: {e}"
+        return f"token distributions: NOT SCORED: {results.forced_error}"
+    results.forced_seconds = time.perf_counter() - started
+    positions = sum(len(f.top_ids) for f in results.forced)
+    return (f"token distributions: top {settings.top_k} at {positions} positions in {results.forced_seconds:.1f} s"
             + ("" if settings.reference_text else " (this configuration made the reference text)"))
 
 
@@ -106,17 +107,17 @@ def carry_reference(settings: QualitySettings, records: Sequence[AliasRecord]) -
     them has been forced over it (the first such configuration's text stays the reference)."""
     if settings.reference_text:
         return settings
-    made = next((r for r in records if r.forced), None)
+    made = next((r for r in records if quality_results(r).forced), None)
     if made is None:
         return settings
     return replace(settings, reference_text=tuple(
-        ReferenceText(f.segment, f.text, f.prompt, tuple(f.token_ids), made.alias) for f in made.forced))
+        ReferenceText(f.segment, f.text, f.prompt, tuple(f.token_ids), made.alias) for f in quality_results(made).forced))
 
 
 def measure_exact_items(engine: Engine, alias: str, settings: QualitySettings, seed: int,
-                        record: AliasRecord) -> str:
+                        results: QualityResults) -> str:
     items = generate_items(seed=seed, per_cell=settings.exact_items_per_kind, difficulties=settings.exact_difficulties)
     for item in items:
         answer = engine.complete(CompletionRequest(alias, item.messages(), EXACT_MAX_TOKENS, seed)).text
-        record.exact_answers.append(ExactAnswer(item.id, answer, is_correct(item, answer)))
-    return f"exact-answer items: {sum(a.correct for a in record.exact_answers)}/{len(items)} right"
+        results.exact_answers.append(ExactAnswer(item.id, answer, is_correct(item, answer)))
+    return f"exact-answer items: {sum(a.correct for a in results.exact_answers)}/{len(items)} right"

@@ -17,7 +17,7 @@ from typing import Any
 from llm_bench.engines import Engine
 from llm_bench.engines.completion import CompletionRequest
 from llm_bench.engines.errors import ServerError
-from llm_bench.results import AliasRecord, QualityOutput, QuestionResult, RecallProbe
+from llm_bench.results import AliasRecord
 from llm_bench.support.progress import Steps
 from llm_bench.tables import Cell
 from llm_bench.workloads.base import Flag, Keep, Log, MainColumn, RunParameters, Workload
@@ -27,8 +27,14 @@ from llm_bench.workloads.quality.forced import (
     measure_distributions,
     measure_exact_items,
 )
-from llm_bench.workloads.quality.score import (
+from llm_bench.workloads.quality.record import (
     QUALITY_RECORDS,
+    QualityOutput,
+    QualityResults,
+    QuestionResult,
+    RecallProbe,
+)
+from llm_bench.workloads.quality.score import (
     quality_cells,
     quality_marks,
     quality_summary,
@@ -134,7 +140,8 @@ def question_request(alias: str, qset: QualitySet, question: Question, seed: int
 def quality(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log, keep: Keep) -> None:
     qset = load_quality_set()
     settings = QUALITY.settings_in(protocol)
-    record = derive(base, workload=QUALITY.record_name, cold_load_s=None)
+    results = QualityResults()
+    record = derive(base, workload=QUALITY.record_name, cold_load_s=None, part=results)
     seed = protocol.seed
     probes = len(settings.recall_lengths) * len(settings.recall_depths)
 
@@ -144,24 +151,24 @@ def quality(engine: Engine, alias: str, protocol: RunParameters, base: AliasReco
             steps.step(f"agreement {item.id}")
             max_tokens = min(item.max_tokens, settings.max_tokens or item.max_tokens)
             answer = engine.complete(CompletionRequest.of(alias, item.prompt, max_tokens, seed, protocol.thinking))
-            record.quality_outputs.append(QualityOutput(item.id, answer.text, answer.output_tokens,
-                                                        answer.token_ids, answer.finish_reason))
-        with_ids = all(o.token_ids is not None for o in record.quality_outputs)
-        record.quality_comparison = "tokens" if with_ids and record.quality_outputs else "characters"
+            results.outputs.append(QualityOutput(item.id, answer.text, answer.output_tokens, answer.token_ids,
+                                                 answer.finish_reason))
+        with_ids = all(o.token_ids is not None for o in results.outputs)
+        results.comparison = "tokens" if with_ids and results.outputs else "characters"
 
         for question in qset.questions:
             steps.step(f"question {question.id}")
             answer = engine.complete(question_request(alias, qset, question, seed, protocol.thinking))
-            record.questions.append(QuestionResult(question.id, question.kind, question.answer, answer.text,
-                                                   is_correct(answer.text, question.answer)))
+            results.questions.append(QuestionResult(question.id, question.kind, question.answer, answer.text,
+                                                    is_correct(answer.text, question.answer)))
 
-        record.recall = recall_probes(engine, alias, settings, seed, qset.recall, record, steps,
+        results.recall = recall_probes(engine, alias, settings, seed, qset.recall, record, steps,
                                       protocol.thinking)
-    log("  " + describe_quality(record))
+    log("  " + describe_quality(results))
     if settings.top_k:
-        log("  " + measure_distributions(engine, alias, settings, seed, record))
+        log("  " + measure_distributions(engine, alias, settings, seed, results))
     if settings.exact_items_per_kind:
-        log("  " + measure_exact_items(engine, alias, settings, seed, record))
+        log("  " + measure_exact_items(engine, alias, settings, seed, results))
     keep(record)
 
 
@@ -199,18 +206,18 @@ def recall_probes(engine: Engine, alias: str, settings: QualitySettings, seed: i
     return probes
 
 
-def describe_quality(record: AliasRecord) -> str:
-    parts = [f"quality: {len(record.quality_outputs)} greedy answers ({record.quality_comparison} kept)"]
-    if record.questions:
-        parts.append(f"exact answers {sum(q.correct for q in record.questions)}/{len(record.questions)}")
-    for length in dict.fromkeys(p.length_tokens for p in record.recall):
-        found = [p.found for p in record.recall if p.length_tokens == length and p.found is not None]
+def describe_quality(results: QualityResults) -> str:
+    parts = [f"quality: {len(results.outputs)} greedy answers ({results.comparison} kept)"]
+    if results.questions:
+        parts.append(f"exact answers {sum(q.correct for q in results.questions)}/{len(results.questions)}")
+    for length in dict.fromkeys(p.length_tokens for p in results.recall):
+        found = [p.found for p in results.recall if p.length_tokens == length and p.found is not None]
         parts.append(f"recall {length} tok " + (f"{sum(found)}/{len(found)}" if found else "skipped"))
     return ", ".join(parts)
 
 
 QUALITY: Workload[QualitySettings] = Workload(
-    "quality", QualitySettings, quality, record=QUALITY_RECORDS,
+    "quality", QualitySettings, quality, record=QUALITY_RECORDS, part=QualityResults,
     legacy={"recall_lengths": "recall_lengths", "recall_depths": "recall_depths", "quality_max_tokens": "max_tokens",
             "prefix_chars_per_token": "chars_per_token"},
     flags=(Flag("--quality-text", "text_file", "A text file (e.g. code of your own) whose token distributions "

@@ -18,11 +18,17 @@ from dataclasses import dataclass
 from llm_bench.preset_args import is_speculative, parse_args, preset_facts, without_speculation
 from llm_bench.quality.divergence import Divergence, Estimate, compare
 from llm_bench.quality.paired import WORSE, PairedVerdict, paired_verdict
-from llm_bench.results import AliasRecord, ExactAnswer, QualityOutput, QuestionResult, RecallProbe
+from llm_bench.results import AliasRecord
 from llm_bench.tables import Cell, Row, Section, Table
-
-# The ``workload`` of the quality workload's records (``QUALITY`` in measure.py writes them).
-QUALITY_RECORDS = "quality"
+from llm_bench.workloads.quality.record import (
+    QUALITY_RECORDS,
+    ExactAnswer,
+    QualityOutput,
+    QualityResults,
+    QuestionResult,
+    RecallProbe,
+    quality_results,
+)
 
 # Speculative decoding is lossless by design: its greedy output must equal its control's. A first
 # difference this early (or earlier) is flagged; later ones can come from a GPU's batched verification
@@ -69,18 +75,19 @@ def estimate_text(e: Estimate, spec: str) -> str:
 
 def distributions(reference: AliasRecord, record: AliasRecord) -> Distributions | None:
     """``record``'s distributions against ``reference``'s over the same text; None when neither was measured."""
-    if record.forced_error:
-        return Distributions(None, record.forced_error)
-    if not record.forced:
+    mine, theirs = quality_results(record), quality_results(reference)
+    if mine.forced_error:
+        return Distributions(None, mine.forced_error)
+    if not mine.forced:
         return None
-    if reference.forced_error:
-        return Distributions(None, f"the reference {reference.alias}: {reference.forced_error}")
-    if not reference.forced:
+    if theirs.forced_error:
+        return Distributions(None, f"the reference {reference.alias}: {theirs.forced_error}")
+    if not theirs.forced:
         return Distributions(None, f"the reference {reference.alias} has no token distributions")
-    ref_segments = {f.segment: f for f in reference.forced}
+    ref_segments = {f.segment: f for f in theirs.forced}
     refs: list[dict[int, float]] = []
     cfgs: list[dict[int, float]] = []
-    for forced in record.forced:
+    for forced in mine.forced:
         ref = ref_segments.get(forced.segment)
         if ref is None or ref.token_ids != forced.token_ids or ref.first != forced.first:
             return Distributions(None, f"{record.alias} was forced over other tokens than the reference "
@@ -92,16 +99,16 @@ def distributions(reference: AliasRecord, record: AliasRecord) -> Distributions 
 
 def answers_verdict(reference: AliasRecord, record: AliasRecord) -> PairedVerdict | None:
     """The paired verdict on the exact-answer items both answered (None when they share none)."""
-    mine = {a.item_id: a.correct for a in record.exact_answers}
-    shared = [a for a in reference.exact_answers if a.item_id in mine]
+    mine = {a.item_id: a.correct for a in quality_results(record).exact_answers}
+    shared = [a for a in quality_results(reference).exact_answers if a.item_id in mine]
     if not shared:
         return None
     return paired_verdict([a.correct for a in shared], [mine[a.item_id] for a in shared])
 
 
 def same_answers(reference: AliasRecord, record: AliasRecord) -> bool:
-    mine = {a.item_id: a.answer for a in record.exact_answers}
-    return all(mine.get(a.item_id) == a.answer for a in reference.exact_answers)
+    mine = {a.item_id: a.answer for a in quality_results(record).exact_answers}
+    return all(mine.get(a.item_id) == a.answer for a in quality_results(reference).exact_answers)
 
 
 def quality_verdict(dist: Distributions | None, answers: PairedVerdict | None, identical_answers: bool) -> str | None:
@@ -268,16 +275,20 @@ class QualityRow:
         return verdict_text(self.verdict, self.distributions, self.answers)
 
     @property
+    def results(self) -> QualityResults:
+        return quality_results(self.row.record)
+
+    @property
     def recall(self) -> dict[int, float | None]:
-        return recall_by_length(self.row.record.recall)
+        return recall_by_length(self.results.recall)
 
     @property
     def recall_share(self) -> float | None:
-        return recall_share(self.row.record.recall)
+        return recall_share(self.results.recall)
 
     @property
     def accuracy(self) -> float | None:
-        return accuracy(self.row.record.questions)
+        return accuracy(self.results.questions)
 
     @property
     def differs(self) -> bool:
@@ -308,23 +319,23 @@ def quality_of(row: Row, rows: Sequence[Row]) -> Row | None:
 def quality_rows(rows: Sequence[Row], reference: Row | None = None) -> list[QualityRow]:
     """One per configuration measured with the quality workload. ``reference`` is a row of the reference
     configuration (the baseline's speed row will do); without one, agreement is left out."""
-    chosen = [r for r in rows if r.record.workload == QUALITY_RECORDS
-              and (r.record.quality_outputs or r.record.forced or r.record.forced_error or r.record.exact_answers)]
+    chosen = [r for r in rows if r.record.workload == QUALITY_RECORDS and quality_results(r.record).measured]
     ref = None if reference is None else quality_of(reference, rows)
     out = []
     for row in chosen:
         agree = None
         if ref is not None and row is not ref:
-            agree = agreement(ref.record.quality_outputs, row.record.quality_outputs)
+            agree = agreement(quality_results(ref.record).outputs, quality_results(row.record).outputs)
         dist = answers = verdict = None
         if ref is not None and row is not ref:
             dist = distributions(ref.record, row.record)
             answers = answers_verdict(ref.record, row.record)
             verdict = quality_verdict(dist, answers, same_answers(ref.record, row.record))
-        elif row.record.forced_error:
-            dist = Distributions(None, row.record.forced_error)
+        elif quality_results(row.record).forced_error:
+            dist = Distributions(None, quality_results(row.record).forced_error)
         control = control_for(row, chosen)
-        spec = None if control is None else agreement(control.record.quality_outputs, row.record.quality_outputs)
+        spec = None if control is None else agreement(quality_results(control.record).outputs,
+                                                   quality_results(row.record).outputs)
         out.append(QualityRow(_display_name(row), row, None if ref is None else _display_name(ref), agree,
                               None if control is None else _display_name(control), spec,
                               None if spec is None else speculation_change(spec), dist, answers, verdict))
@@ -448,14 +459,14 @@ def quality_table(rows: Sequence[Row], reference: Row | None = None) -> Table | 
         if q.speculation is not None and not q.flagged:
             notes.append(f"speculation kept the output of {q.control} "
                          f"({sum(p.identical for p in q.speculation.prompts)}/{len(q.speculation.prompts)} identical)")
-        skipped = sorted({p.skipped for p in q.row.record.recall if p.skipped})
+        skipped = sorted({p.skipped for p in q.results.recall if p.skipped})
         notes += skipped
-        questions = q.row.record.questions
+        questions = q.results.questions
         dist = None if q.distributions is None else q.distributions.divergence
         data = verdict_data(q)
         if q.distributions is not None and q.distributions.problem:
             notes.append(f"token distributions not scored: {q.distributions.problem}")
-        items = q.row.record.exact_answers
+        items = q.results.exact_answers
         lines.append([
             Cell(q.configuration, {"configuration": q.configuration}),
             Cell("reference" if q.reference == q.configuration and q.verdict is None else q.verdict or "-",
@@ -478,7 +489,7 @@ def quality_table(rows: Sequence[Row], reference: Row | None = None) -> Table | 
                                   **{f"recall_{n}": share for n, share in q.recall.items()}}),
             Cell("-" if not questions else f"{sum(x.correct for x in questions)}/{len(questions)}",
                  {"accuracy": q.accuracy}),
-            Cell(a.unit if a is not None else (q.row.record.quality_comparison or "-"),
+            Cell(a.unit if a is not None else (q.results.comparison or "-"),
                  {"compared_by": None if a is None else a.unit}),
             Cell("; ".join(notes), {"quality_flag": q.flag_text() or None}),
         ])
