@@ -5,8 +5,8 @@ diagnostics, tune's grid and the roofline.
 Speculative decoding has one table here, ``SPECULATION``: every llama-server flag that concerns it, in
 every spelling llama.cpp's ``common/arg.cpp`` accepts, and the questions asked of it
 (``is_speculative``, ``drafts_from_context``, ``draft_max``, ``without_speculation``, ...). No other
-module names a speculative flag; tests/test_speculation_flags.py checks the table against the pinned
-arg.cpp.
+module names a speculative flag (vLLM's few, ``VLLM_SPECULATION``, are kept here too);
+tests/test_speculation_flags.py checks the table against the pinned arg.cpp.
 """
 
 from __future__ import annotations
@@ -93,6 +93,13 @@ SPEC_PREFIX = "--spec-"
 NO_SPEC_TYPES = ("", "none")
 CONTEXT_TYPE_PREFIX = "ngram"
 DRAFT_MODEL_LABEL = "draft model"
+
+# vLLM's speculative decoding, another server's vocabulary kept beside llama.cpp's so that this stays the one
+# place that names a speculative flag: diagnostics/vllm_evidence.py reads vLLM's command lines and files by
+# these (argparse takes either word separator).
+VLLM_SPEC_CONFIG = ("--speculative-config", "--speculative_config")
+VLLM_SPEC_MODEL = ("--speculative-model", "--speculative_model")  # vLLM before --speculative-config
+VLLM_SPECULATION = (*VLLM_SPEC_CONFIG, *VLLM_SPEC_MODEL)
 
 
 def parse_args(args: Sequence[str]) -> dict[str, str]:

@@ -4,11 +4,15 @@ for a preset that drafts from a model given only as a source (``-hfd``) with no 
 
 from __future__ import annotations
 
+import ast
 import re
+from collections.abc import Iterator
 from functools import cache
+from pathlib import Path
 
 import pytest
 
+from llm_bench import preset_args
 from llm_bench.diagnostics.fork import check_fork_control, is_control
 from llm_bench.engines.metrics import SpecCounters
 from llm_bench.gpu.roofline import acceptance_length
@@ -20,6 +24,7 @@ from llm_bench.preset_args import (
     SPEC_SETTINGS,
     SPECULATION,
     SPECULATIVE_FLAGS,
+    VLLM_SPECULATION,
     describe_preset,
     draft_max,
     drafts_from_context,
@@ -144,3 +149,23 @@ def test_a_drafter_given_only_as_a_source_is_speculative_to_every_caller(flag: s
     assert drafts_from_context(args) is False
     sourced.record.spec = SpecCounters(400.0, 200.0)
     assert acceptance_length(sourced.record) == pytest.approx(1 + 0.5 * 4)  # the roofline's depth
+
+
+def _string_literals(path: Path) -> Iterator[tuple[int, str]]:
+    """The string constants of a module but its docstrings (prose may name a flag to explain it)."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            yield node.lineno, node.value
+
+
+def test_no_module_but_the_table_names_a_speculative_flag() -> None:
+    flags = sorted({*SPECULATIVE_FLAGS, *VLLM_SPECULATION}, key=len, reverse=True)
+    named = re.compile(r"(?<![\w-])(?:" + "|".join(map(re.escape, flags)) + r"|--spec-[\w-]+|--speculative[-_]\w+)(?![\w-])")
+    package = Path(preset_args.__file__).parent
+    found = [f"{path.relative_to(package)}:{line}: {match}" for path in sorted(package.rglob("*.py"))
+             if path.name != "preset_args.py" for line, text in _string_literals(path) for match in named.findall(text)]
+    assert found == []

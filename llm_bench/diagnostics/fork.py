@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from llm_bench.diagnostics.findings import WARNING, Finding
-from llm_bench.preset_args import names_speculation
+from llm_bench.preset_args import SPEC_TYPE, names_speculation
 
 FORK_NAMES = ("llamampere",)
 
@@ -34,7 +34,7 @@ def check_fork_control(fork: str | None, preset_args: Mapping[str, Sequence[str]
         return []
     return [Finding(
         "fork-control", WARNING,
-        f"{alias}: the server is the llamAmpere fork ({fork}), which defaults --spec-type to auto, and this preset "
+        f"{alias}: the server is the llamAmpere fork ({fork}), which defaults {SPEC_TYPE[0]} to auto, and this preset "
         "sets no spec-type: it is not a no-speculation control there.",
         f"add `spec-type = none` to the preset {alias} (Nix: spec-type = \"none\";)")
         for alias, args in preset_args.items() if is_control(args)]

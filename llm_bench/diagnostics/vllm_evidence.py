@@ -12,6 +12,7 @@ from pathlib import Path
 
 from llm_bench.diagnostics.findings import ERROR, WARNING, Finding
 from llm_bench.engines.metrics import parse_prometheus
+from llm_bench.preset_args import VLLM_SPEC_CONFIG, VLLM_SPEC_MODEL, VLLM_SPECULATION
 
 
 def vllm_command_lines(proc: Path = Path("/proc")) -> list[str]:
@@ -95,8 +96,8 @@ class ServerConfig:
 
 
 # where a --speculative-config JSON starts: on a command line, in a compose list, as SPECULATIVE_CONFIG= in a .env
-SPEC_CONFIG_AT = re.compile(r"""(?:--speculative[-_]config|\bSPECULATIVE_CONFIG)["']?(?:\s*,\s*|\s*[=:]\s*|\s+)["']?(?=\{)""",
-                            re.IGNORECASE)
+SPEC_CONFIG_AT = re.compile("(?:" + "|".join(map(re.escape, VLLM_SPEC_CONFIG)) + r"""|\bSPECULATIVE_CONFIG)["']?"""
+                            r"""(?:\s*,\s*|\s*[=:]\s*|\s+)["']?(?=\{)""", re.IGNORECASE)
 
 
 def speculative_method(text: str) -> str | None:
@@ -114,7 +115,7 @@ def speculative_method(text: str) -> str | None:
                 method = _method_name(config["method"])
             elif _method_name(config.get("model", "")) == "ngram":
                 method = "ngram"
-    model = flag_value(text, "--speculative-model", "--speculative_model")
+    model = flag_value(text, *VLLM_SPEC_MODEL)
     if method is None and model and _method_name(model) == "ngram":
         method = "ngram"
     return method
@@ -133,8 +134,7 @@ def vllm_config(command_lines: Sequence[str] = (), files: dict[str, str] | None 
         value = flag_value(line, "--dtype")
         if value:
             dtype = (value, f"command line: {line[:300]}")
-        if has_flag(line, "--speculative-config", "--speculative_config", "--speculative-model",
-                    "--speculative_model"):
+        if has_flag(line, *VLLM_SPECULATION):
             speculative = f"command line: {line[:300]}"
             method = speculative_method(line) or method
         if has_flag(line, "--no-enable-prefix-caching") or flag_value(line, "--enable-prefix-caching") in (
@@ -144,8 +144,9 @@ def vllm_config(command_lines: Sequence[str] = (), files: dict[str, str] | None 
         value = flag_value(text, "--dtype")
         if value:
             dtype = (value, f"{name}: --dtype {value}")
-        if has_flag(text, "--speculative-config", "--speculative_config", "--speculative-model"):
-            speculative = f"{name}: --speculative-config"
+        named = [flag for flag in VLLM_SPECULATION if has_flag(text, flag)]
+        if named:
+            speculative = f"{name}: {named[0]}"
         if has_flag(text, "--no-enable-prefix-caching"):
             prefix_off = f"{name}: --no-enable-prefix-caching"
         for key, value in settings_in(text).items():
