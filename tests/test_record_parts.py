@@ -15,6 +15,7 @@ from llm_bench.workloads.categories import PromptCategory, category_of
 from llm_bench.workloads.concurrency import CONCURRENCY, ConcurrencyLevel, level_of
 from llm_bench.workloads.depth import DEPTH, DepthPoint, depth_tables, point_of
 from llm_bench.workloads.prefix_cache import PrefixCacheHit, hit_of
+from llm_bench.workloads.quality.record import QualityResults
 from llm_bench.workloads.session import SESSION, SessionResult, result_of
 
 # A depth record and a session record as files of the current format hold them (written before the
@@ -63,8 +64,8 @@ cache_n = 0
 
 def test_the_workloads_that_store_data_register_their_part_types():
     assert PARTS == {"category": PromptCategory, "concurrency": ConcurrencyLevel, "prefix-cache": PrefixCacheHit,
-                     "depth": DepthPoint, "session": SessionResult}
-    assert [w.name for w in REGISTRY if w.part is None] == ["standard", "quality"]
+                     "depth": DepthPoint, "session": SessionResult, "quality": QualityResults}
+    assert [w.name for w in REGISTRY if w.part is None] == ["standard"]
 
 
 def test_a_file_of_the_current_format_reads_into_the_workloads_parts(tmp_path):
