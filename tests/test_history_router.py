@@ -3,7 +3,7 @@
 The two builds are the same cached binary copied to two paths, each with a NixOS marker naming its own package
 (and a nixos-version stand-in naming its own nixpkgs revision), serving the same preset with the same
 arguments. Build B is slower for real: its router (and the model instance it spawns, which inherits both) is
-pinned to one core with `taskset -c 0` and held to a tenth of that core's time by a duty cycle of SIGSTOP and
+pinned to one core with `taskset -c 0` and held to a quarter of that core's time by a duty cycle of SIGSTOP and
 SIGCONT on its process group, as `cpulimit` does: a CPU quota that holds whatever else the shared machine runs.
 Both serve with one thread: with two, llama.cpp's threads wait for each other at every barrier, and on a busy
 machine a build whose threads are descheduled in turn loses far more than its share (measured: A at a tenth
@@ -54,7 +54,7 @@ BED_MIN_EFFECT = "25%"
 class Throttle:
     """A quota of CPU time for a process group: running ``run_s``, stopped ``stop_s``, over and over."""
 
-    def __init__(self, pgid: int, run_s: float = 0.002, stop_s: float = 0.018):
+    def __init__(self, pgid: int, run_s: float = 0.005, stop_s: float = 0.015):
         self.pgid, self.run_s, self.stop_s = pgid, run_s, stop_s
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._cycle, daemon=True)
