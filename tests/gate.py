@@ -11,6 +11,7 @@ from typing import Self
 from urllib.parse import urlsplit
 
 from llm_bench.testbed.router import free_port
+from tests.wiretap import shut_down
 
 
 def _whole_request(sock: socket.socket) -> bytes:
@@ -40,11 +41,7 @@ def _pipe(source: socket.socket, sink: socket.socket) -> None:
     except OSError:
         pass
     finally:
-        for s in (source, sink):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        shut_down(source, sink)
 
 
 class RequestGate:

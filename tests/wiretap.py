@@ -17,6 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def shut_down(*sockets: socket.socket) -> None:
+    """Both directions of each socket closed, whichever the other side closed first."""
+    for s in sockets:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
 @dataclass
 class Flow:
     """One direction of one connection: the bytes and, per recv, when they arrived."""
@@ -206,11 +215,7 @@ class Wiretap:
         except OSError:
             pass
         finally:
-            for s in (sink, source):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            shut_down(sink, source)
 
     def exchanges(self) -> list[Exchange]:
         """Every request so far with its answer, in the order the requests began."""
