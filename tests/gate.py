@@ -10,38 +10,22 @@ import threading
 from typing import Self
 from urllib.parse import urlsplit
 
-from llm_bench.testbed.router import free_port
-from tests.wiretap import shut_down
+from tests.wiretap import accept_each, http_head, relay
 
 
 def _whole_request(sock: socket.socket) -> bytes:
     """The bytes of one HTTP/1.1 request with a Content-Length body (what httpx sends)."""
     data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
+    while (head := http_head(data, 0)) is None:
+        if not (chunk := sock.recv(65536)):
             return data
         data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                   if line.lower().startswith(b"content-length:")), 0)
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        if not chunk:
+    _, headers, body_at = head
+    while len(data) < body_at + int(headers.get("content-length", 0)):
+        if not (chunk := sock.recv(65536)):
             break
-        body += chunk
         data += chunk
     return data
-
-
-def _pipe(source: socket.socket, sink: socket.socket) -> None:
-    try:
-        while chunk := source.recv(65536):
-            sink.sendall(chunk)
-    except OSError:
-        pass
-    finally:
-        shut_down(source, sink)
 
 
 class RequestGate:
@@ -49,16 +33,15 @@ class RequestGate:
         parts = urlsplit(upstream_url)
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.expect, self.timeout_s = expect, timeout_s
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.arrived = 0
         self.opened_by_count = False
         self._changed = threading.Condition()
-        self._listener = socket.create_server(("127.0.0.1", self.port), backlog=expect + 16)
+        self._listener = socket.create_server(("127.0.0.1", 0), backlog=expect + 16)
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
         self._sockets: list[socket.socket] = []
 
     def __enter__(self) -> Self:
-        threading.Thread(target=self._accept, daemon=True).start()
+        threading.Thread(target=accept_each, args=(self._listener, self._connected), daemon=True).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -66,14 +49,9 @@ class RequestGate:
         for s in self._sockets:
             s.close()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            self._sockets.append(client)
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+    def _connected(self, client: socket.socket) -> None:
+        self._sockets.append(client)
+        threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _serve(self, client: socket.socket) -> None:
         request = _whole_request(client)
@@ -86,5 +64,5 @@ class RequestGate:
         upstream = socket.create_connection(self.upstream)
         self._sockets.append(upstream)
         upstream.sendall(request)
-        threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
-        _pipe(client, upstream)
+        threading.Thread(target=relay, args=(upstream, client), daemon=True).start()
+        relay(client, upstream)

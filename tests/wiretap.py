@@ -13,17 +13,9 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-
-def shut_down(*sockets: socket.socket) -> None:
-    """Both directions of each socket closed, whichever the other side closed first."""
-    for s in sockets:
-        try:
-            s.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
 
 
 @dataclass
@@ -95,7 +87,7 @@ class Exchange:
         return found[-1]
 
 
-def _head(data: bytes, at: int) -> tuple[str, dict[str, str], int] | None:
+def http_head(data: bytes, at: int) -> tuple[str, dict[str, str], int] | None:
     end = data.find(b"\r\n\r\n", at)
     if end < 0:
         return None
@@ -156,7 +148,7 @@ def exchanges_of(up: Flow, down: Flow) -> list[Exchange]:
     """The requests on one connection, each with its answer (HTTP/1.1: answers come in order)."""
     out: list[Exchange] = []
     at = 0
-    while (head := _head(up.data, at)) is not None:
+    while (head := http_head(up.data, at)) is not None:
         start_line, headers, body_at = head
         pieces, end = _body(up.data, body_at, headers, request=True)
         method, target, _ = start_line.split(" ", 2)
@@ -164,7 +156,7 @@ def exchanges_of(up: Flow, down: Flow) -> list[Exchange]:
         at = end
     at = 0
     for exchange in out:
-        head = _head(down.data, at)
+        head = http_head(down.data, at)
         if head is None:
             break
         status_line, headers, body_at = head
@@ -177,6 +169,34 @@ def exchanges_of(up: Flow, down: Flow) -> list[Exchange]:
     return out
 
 
+def relay(source: socket.socket, sink: socket.socket, flow: Flow | None = None) -> None:
+    """Every byte from ``source`` on to ``sink`` (each piece noted in ``flow`` first, when given, so the
+    reader sees it later), then both directions of both sockets closed, whichever side closed first."""
+    try:
+        while piece := source.recv(65536):
+            if flow is not None:
+                flow.add(piece, time.perf_counter())
+            sink.sendall(piece)
+    except OSError:
+        pass
+    finally:
+        for s in (sink, source):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def accept_each(listener: socket.socket, connected: Callable[[socket.socket], None]) -> None:
+    """``connected`` for every connection the listener accepts, until it is closed."""
+    while True:
+        try:
+            client, _ = listener.accept()
+        except OSError:
+            return
+        connected(client)
+
+
 class Wiretap:
     """Listens on a free loopback port and relays every connection to ``target_port``."""
 
@@ -187,35 +207,19 @@ class Wiretap:
         self._flows: list[tuple[Flow, Flow]] = []
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        threading.Thread(target=accept_each, args=(self._listener, self._connected), daemon=True).start()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(("127.0.0.1", self.target_port))
-            for s in (client, server):
-                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            up, down = Flow(), Flow()
-            with self._lock:
-                self._flows.append((up, down))
-            for source, sink, flow in ((client, server, up), (server, client, down)):
-                t = threading.Thread(target=self._pipe, args=(source, sink, flow), daemon=True)
-                t.start()
-                self._threads.append(t)
-
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket, flow: Flow) -> None:
-        try:
-            while piece := source.recv(65536):
-                flow.add(piece, time.perf_counter())  # noted before it goes on: the reader sees it later
-                sink.sendall(piece)
-        except OSError:
-            pass
-        finally:
-            shut_down(sink, source)
+    def _connected(self, client: socket.socket) -> None:
+        server = socket.create_connection(("127.0.0.1", self.target_port))
+        for s in (client, server):
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        up, down = Flow(), Flow()
+        with self._lock:
+            self._flows.append((up, down))
+        for source, sink, flow in ((client, server, up), (server, client, down)):
+            t = threading.Thread(target=relay, args=(source, sink, flow), daemon=True)
+            t.start()
+            self._threads.append(t)
 
     def exchanges(self) -> list[Exchange]:
         """Every request so far with its answer, in the order the requests began."""
