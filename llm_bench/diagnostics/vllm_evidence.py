@@ -144,9 +144,9 @@ def vllm_config(command_lines: Sequence[str] = (), files: dict[str, str] | None 
         value = flag_value(text, "--dtype")
         if value:
             dtype = (value, f"{name}: --dtype {value}")
-        named = [flag for flag in VLLM_SPECULATION if has_flag(text, flag)]
-        if named:
-            speculative = f"{name}: {named[0]}"
+        found = next((flag for flag in VLLM_SPECULATION if has_flag(text, flag)), None)
+        if found:
+            speculative = f"{name}: {found}"
         if has_flag(text, "--no-enable-prefix-caching"):
             prefix_off = f"{name}: --no-enable-prefix-caching"
         for key, value in settings_in(text).items():

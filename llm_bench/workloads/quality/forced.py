@@ -107,11 +107,12 @@ def carry_reference(settings: QualitySettings, records: Sequence[AliasRecord]) -
     them has been forced over it (the first such configuration's text stays the reference)."""
     if settings.reference_text:
         return settings
-    made = next((r for r in records if quality_results(r).forced), None)
+    made = next(((r.alias, forced) for r in records if (forced := quality_results(r).forced)), None)
     if made is None:
         return settings
+    alias, forced = made
     return replace(settings, reference_text=tuple(
-        ReferenceText(f.segment, f.text, f.prompt, tuple(f.token_ids), made.alias) for f in quality_results(made).forced))
+        ReferenceText(f.segment, f.text, f.prompt, tuple(f.token_ids), alias) for f in forced))
 
 
 def measure_exact_items(engine: Engine, alias: str, settings: QualitySettings, seed: int,

@@ -163,7 +163,7 @@ def quality(engine: Engine, alias: str, protocol: RunParameters, base: AliasReco
                                                     is_correct(answer.text, question.answer)))
 
         results.recall = recall_probes(engine, alias, settings, seed, qset.recall, record, steps,
-                                      protocol.thinking)
+                                       protocol.thinking)
     log("  " + describe_quality(results))
     if settings.top_k:
         log("  " + measure_distributions(engine, alias, settings, seed, results))

@@ -323,19 +323,19 @@ def quality_rows(rows: Sequence[Row], reference: Row | None = None) -> list[Qual
     ref = None if reference is None else quality_of(reference, rows)
     out = []
     for row in chosen:
+        mine = quality_results(row.record)
         agree = None
         if ref is not None and row is not ref:
-            agree = agreement(quality_results(ref.record).outputs, quality_results(row.record).outputs)
+            agree = agreement(quality_results(ref.record).outputs, mine.outputs)
         dist = answers = verdict = None
         if ref is not None and row is not ref:
             dist = distributions(ref.record, row.record)
             answers = answers_verdict(ref.record, row.record)
             verdict = quality_verdict(dist, answers, same_answers(ref.record, row.record))
-        elif quality_results(row.record).forced_error:
-            dist = Distributions(None, quality_results(row.record).forced_error)
+        elif mine.forced_error:
+            dist = Distributions(None, mine.forced_error)
         control = control_for(row, chosen)
-        spec = None if control is None else agreement(quality_results(control.record).outputs,
-                                                   quality_results(row.record).outputs)
+        spec = None if control is None else agreement(quality_results(control.record).outputs, mine.outputs)
         out.append(QualityRow(_display_name(row), row, None if ref is None else _display_name(ref), agree,
                               None if control is None else _display_name(control), spec,
                               None if spec is None else speculation_change(spec), dist, answers, verdict))
