@@ -14,9 +14,9 @@ Mutations live beside the tests, in ``tests/mutations/*.toml`` (one file per are
 The repository (its git-tracked and untracked, not ignored files: no .venv, no .git) is copied once
 to a temporary folder. The selected tests are first run there unmutated: they must pass, or every
 mutation would look caught. Then for each mutation the file is changed, its tests run with
-``python -m pytest -x`` (cwd and PYTHONPATH = the copy, so a test that starts ``python -m llm_bench``
-or ``llm-bench`` in a subprocess runs the mutated code too; checked before anything runs), and the
-file is restored. With ``--jobs N`` (fast mutations only: theirs start no llama-server) N copies try
+``pytest -x`` in a fresh process forked from the copy's worker (cwd and PYTHONPATH = the copy, so a test
+that starts ``python -m llm_bench`` or ``llm-bench`` in a subprocess runs the mutated code too; checked
+before anything runs), and the file is restored. With ``--jobs N`` (fast mutations only: theirs start no llama-server) N copies try
 mutations side by side, one at a time each. Each mutation is KILLED (a test failed), SURVIVED (all passed: a wrong figure the
 suite does not notice) or ERROR (its text is not in the file once, or its tests could not be run).
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import fnmatch
+import json
 import os
 import queue
 import re
@@ -49,6 +50,10 @@ KEYS = {"name": str, "file": str, "find": str, "replace": str, "tests": list, "f
 
 
 class MutationFileError(ValueError):
+    pass
+
+
+class WorkerError(RuntimeError):
     pass
 
 
@@ -175,8 +180,8 @@ def check_imports_copy(copy: Path, env: dict[str, str], package: str) -> str | N
     return None
 
 
-def pytest_command(tests: list[str] | tuple[str, ...]) -> list[str]:
-    return [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]
+def pytest_args(tests: list[str] | tuple[str, ...]) -> list[str]:
+    return ["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]
 
 
 @dataclass(frozen=True)
@@ -186,14 +191,83 @@ class Outcome:
     seconds: float
 
 
-def run_tests(tests: list[str] | tuple[str, ...], copy: Path, env: dict[str, str],
-              timeout: float) -> tuple[int | None, str]:
+# Starting an interpreter and pytest cost about 0.8 s a mutation, most of the fast check's time. A worker
+# per copy pays it once: it imports pytest, the package and the tests' modules, forgets every module
+# loaded from the copy, and forks a child per run. The child imports the package and the tests again
+# from the copy's files as they are then, so it runs the mutated code; only third-party modules come
+# ready from the worker.
+WORKER = r"""
+import importlib, json, linecache, os, pkgutil, select, signal, sys
+from pathlib import Path
+
+copy, package, tests = Path.cwd().resolve(), sys.argv[1], sys.argv[2:]
+replies = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)  # what an import prints must not pass for a reply
+sys.path.insert(0, str(copy))
+import pytest
+
+names = [package] + [m.name for m in pkgutil.walk_packages([str(copy / package)], package + ".")
+                     if not m.name.endswith(".__main__")]
+names += sorted({t.split("::")[0].removesuffix(".py").replace("/", ".") for t in tests})
+for name in names:
     try:
-        proc = subprocess.run(pytest_command(tests), cwd=copy, env=env, capture_output=True, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None, ""
-    return proc.returncode, proc.stdout + proc.stderr
+        importlib.import_module(name)
+    except BaseException:
+        pass  # the child meets the same error and reports it
+def from_copy(module):
+    where = getattr(module, "__file__", None) or next(iter(getattr(module, "__path__", None) or []), None)
+    return bool(where) and Path(where).resolve().is_relative_to(copy)
+for name in [name for name, module in sys.modules.items() if from_copy(module)]:
+    del sys.modules[name]
+sys.path.remove(str(copy))
+
+for line in sys.stdin:
+    job = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        linecache.clearcache()
+        out = os.open(job["output"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        code = pytest.main(job["args"])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(code))
+    ended = select.select([os.pidfd_open(pid)], [], [], job["timeout"])[0]
+    if not ended:
+        os.killpg(pid, signal.SIGKILL)
+    status = os.waitpid(pid, 0)[1]
+    print(json.dumps({"code": os.waitstatus_to_exitcode(status) if ended else None}), file=replies, flush=True)
+"""
+
+
+class Worker:
+    """One copy's pytest runner (WORKER), started once, running one test selection at a time."""
+
+    def __init__(self, copy: Path, package: str, tests: list[str]) -> None:
+        self.copy = copy
+        self.output = copy.parent / f"{copy.name}-pytest.out"
+        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, package, *tests], cwd=copy,
+                                     env=environment(copy), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
+
+    def run(self, tests: list[str] | tuple[str, ...], timeout: float) -> tuple[int | None, str]:
+        """pytest's exit code (None: past the timeout, the run killed) and its output."""
+        assert self.proc.stdin and self.proc.stdout
+        job = {"args": pytest_args(tests), "output": str(self.output), "timeout": timeout}
+        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.flush()
+        reply = self.proc.stdout.readline()
+        if not reply:
+            raise WorkerError(f"the pytest worker for {self.copy} ended (exit {self.proc.wait()}); "
+                              "its error is printed above")
+        return json.loads(reply)["code"], self.output.read_text(errors="replace")
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        self.proc.wait()
 
 
 def failed_tests(output: str) -> str:
@@ -204,16 +278,16 @@ def failed_tests(output: str) -> str:
     return output.strip().splitlines()[-1][:200] if output.strip() else ""
 
 
-def try_mutation(m: Mutation, copy: Path, env: dict[str, str], timeout: float) -> Outcome:
+def try_mutation(m: Mutation, worker: Worker, timeout: float) -> Outcome:
     t0 = time.monotonic()
-    problem = applied_problem(m, copy)
+    problem = applied_problem(m, worker.copy)
     if problem:
         return Outcome("ERROR", problem, 0.0)
-    path = copy / m.file
+    path = worker.copy / m.file
     original = path.read_text()
     path.write_text(original.replace(m.find, m.replace, 1))
     try:
-        code, output = run_tests(m.tests, copy, env, timeout)
+        code, output = worker.run(m.tests, timeout)
     finally:
         path.write_text(original)
     seconds = time.monotonic() - t0
@@ -227,22 +301,43 @@ def try_mutation(m: Mutation, copy: Path, env: dict[str, str], timeout: float) -
     return Outcome("ERROR", f"pytest exit {code}: {failed_tests(output)}", seconds)
 
 
-def try_all(chosen: list[Mutation], copies: list[Path], timeout: float) -> Iterator[Outcome]:
+def try_all(chosen: list[Mutation], workers: list[Worker], timeout: float) -> Iterator[Outcome]:
     """Each mutation's outcome, in order; each copy holds one mutation at a time."""
-    free: queue.Queue[Path] = queue.Queue()
-    for copy in copies:
-        free.put(copy)
+    free: queue.Queue[Worker] = queue.Queue()
+    for worker in workers:
+        free.put(worker)
 
     def one(m: Mutation) -> Outcome:
-        copy = free.get()
+        worker = free.get()
         try:
-            return try_mutation(m, copy, environment(copy), timeout)
+            return try_mutation(m, worker, timeout)
         finally:
-            free.put(copy)
+            free.put(worker)
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(copies)) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(workers)) as pool:
         for future in [pool.submit(one, m) for m in chosen]:
             yield future.result()
+
+
+def check_all(chosen: list[Mutation], workers: list[Worker], tests: list[str],
+              args: argparse.Namespace) -> list[Outcome] | None:
+    """Each mutation's outcome, printed as it comes; None when the tests fail unmutated."""
+    if not args.no_baseline:
+        print(f"Unmutated: {len(tests)} test selections ...", flush=True)
+        code, output = workers[0].run(tests, args.timeout * 2)
+        if code != 0:
+            print(f"mutation-check: the tests fail without any mutation (pytest exit {code}): "
+                  f"{failed_tests(output)}\nFix them first: a mutation can only be caught by tests that pass.",
+                  file=sys.stderr)
+            return None
+    width = max(len(m.name) for m in chosen)
+    outcomes = []
+    tried = zip(chosen, try_all(chosen, workers, args.timeout), strict=True)
+    for n, (m, outcome) in enumerate(tried, 1):
+        outcomes.append(outcome)
+        print(f"[{n}/{len(chosen)}] {outcome.status:<8} {m.name:<{width}}  {m.file}  "
+              f"({outcome.seconds:.1f} s)" + (f"\n    {outcome.detail}" if outcome.detail else ""), flush=True)
+    return outcomes
 
 
 def select(mutations: list[Mutation], fast: bool, name: str | None, file_glob: str | None) -> list[Mutation]:
@@ -302,23 +397,18 @@ def main(argv: list[str] | None = None) -> int:
             if wrong:
                 print(f"mutation-check: {wrong}", file=sys.stderr)
                 return 2
-        copy, env = copies[0], environment(copies[0])
-        if not args.no_baseline:
-            tests = list(dict.fromkeys(t for m in chosen for t in m.tests))
-            print(f"Unmutated: {len(tests)} test selections ...", flush=True)
-            code, output = run_tests(tests, copy, env, args.timeout * 2)
-            if code != 0:
-                print(f"mutation-check: the tests fail without any mutation (pytest exit {code}): "
-                      f"{failed_tests(output)}\nFix them first: a mutation can only be caught by tests that pass.",
-                      file=sys.stderr)
-                return 2
-        width = max(len(m.name) for m in chosen)
-        outcomes = []
-        tried = zip(chosen, try_all(chosen, copies, args.timeout), strict=True)
-        for n, (m, outcome) in enumerate(tried, 1):
-            outcomes.append(outcome)
-            print(f"[{n}/{len(chosen)}] {outcome.status:<8} {m.name:<{width}}  {m.file}  "
-                  f"({outcome.seconds:.1f} s)" + (f"\n    {outcome.detail}" if outcome.detail else ""), flush=True)
+        tests = list(dict.fromkeys(t for m in chosen for t in m.tests))
+        workers = [Worker(copy, args.package, tests) for copy in copies]
+        try:
+            outcomes = check_all(chosen, workers, tests, args)
+        except WorkerError as e:
+            print(f"mutation-check: {e}", file=sys.stderr)
+            return 2
+        finally:
+            for worker in workers:
+                worker.close()
+    if outcomes is None:
+        return 2
 
     counts = {s: sum(o.status == s for o in outcomes) for s in ("KILLED", "SURVIVED", "ERROR")}
     print(f"{len(outcomes)} mutations: {counts['KILLED']} killed, {counts['SURVIVED']} survived, "
