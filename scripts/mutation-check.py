@@ -191,38 +191,25 @@ class Outcome:
     seconds: float
 
 
-# Starting an interpreter and pytest cost about 0.8 s a mutation, most of the fast check's time. A worker
-# per copy pays it once: it imports pytest, the package and the tests' modules, forgets every module
-# loaded from the copy, and forks a child per run. The child imports the package and the tests again
-# from the copy's files as they are then, so it runs the mutated code; only third-party modules come
-# ready from the worker.
+# Starting an interpreter, pytest and the third-party modules the tests use (matplotlib alone takes over a
+# second) cost most of a fast mutation's time. A worker per copy pays it once: it imports pytest, and after
+# the unmutated run every third-party module that run loaded, and forks a child per run. Nothing is ever
+# imported from the copy in the worker, so each child imports the package and the tests from the copy's
+# files as they are then: the mutated code.
 WORKER = r"""
-import importlib, json, linecache, os, pkgutil, select, signal, sys
+import importlib, json, linecache, os, select, signal, sys
 from pathlib import Path
 
-copy, package, tests = Path.cwd().resolve(), sys.argv[1], sys.argv[2:]
+copy = Path.cwd().resolve()
 replies = os.fdopen(os.dup(1), "w")
 os.dup2(2, 1)  # what an import prints must not pass for a reply
-sys.path.insert(0, str(copy))
 import pytest
 
-names = [package] + [m.name for m in pkgutil.walk_packages([str(copy / package)], package + ".")
-                     if not m.name.endswith(".__main__")]
-names += sorted({t.split("::")[0].removesuffix(".py").replace("/", ".") for t in tests})
-for name in names:
-    try:
-        importlib.import_module(name)
-    except BaseException:
-        pass  # the child meets the same error and reports it
 def from_copy(module):
     where = getattr(module, "__file__", None) or next(iter(getattr(module, "__path__", None) or []), None)
     return bool(where) and Path(where).resolve().is_relative_to(copy)
-for name in [name for name, module in sys.modules.items() if from_copy(module)]:
-    del sys.modules[name]
-sys.path.remove(str(copy))
 
-for line in sys.stdin:
-    job = json.loads(line)
+def run(job):
     pid = os.fork()
     if pid == 0:
         os.setsid()
@@ -231,6 +218,9 @@ for line in sys.stdin:
         os.dup2(out, 1)
         os.dup2(out, 2)
         code = pytest.main(job["args"])
+        if job.get("modules"):
+            Path(job["modules"]).write_text(json.dumps(
+                [name for name, module in list(sys.modules.items()) if not from_copy(module)]))
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(int(code))
@@ -238,31 +228,57 @@ for line in sys.stdin:
     if not ended:
         os.killpg(pid, signal.SIGKILL)
     status = os.waitpid(pid, 0)[1]
-    print(json.dumps({"code": os.waitstatus_to_exitcode(status) if ended else None}), file=replies, flush=True)
+    return os.waitstatus_to_exitcode(status) if ended else None
+
+for line in sys.stdin:
+    job = json.loads(line)
+    if "preload" in job:
+        for name in job["preload"]:
+            try:
+                importlib.import_module(name)
+            except BaseException:
+                pass  # a child that needs it meets the same error and reports it
+        assert not any(from_copy(m) for m in list(sys.modules.values())), "the worker imported the copy's code"
+        print("{}", file=replies, flush=True)
+    else:
+        print(json.dumps({"code": run(job)}), file=replies, flush=True)
 """
 
 
 class Worker:
     """One copy's pytest runner (WORKER), started once, running one test selection at a time."""
 
-    def __init__(self, copy: Path, package: str, tests: list[str]) -> None:
+    def __init__(self, copy: Path) -> None:
         self.copy = copy
         self.output = copy.parent / f"{copy.name}-pytest.out"
-        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, package, *tests], cwd=copy,
-                                     env=environment(copy), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True)
+        self.modules = copy.parent / f"{copy.name}-modules.json"
+        self.proc = subprocess.Popen([sys.executable, "-c", WORKER], cwd=copy, env=environment(copy),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
-    def run(self, tests: list[str] | tuple[str, ...], timeout: float) -> tuple[int | None, str]:
-        """pytest's exit code (None: past the timeout, the run killed) and its output."""
+    def _ask(self, job: dict) -> dict:
         assert self.proc.stdin and self.proc.stdout
-        job = {"args": pytest_args(tests), "output": str(self.output), "timeout": timeout}
         self.proc.stdin.write(json.dumps(job) + "\n")
         self.proc.stdin.flush()
         reply = self.proc.stdout.readline()
         if not reply:
             raise WorkerError(f"the pytest worker for {self.copy} ended (exit {self.proc.wait()}); "
                               "its error is printed above")
-        return json.loads(reply)["code"], self.output.read_text(errors="replace")
+        return json.loads(reply)
+
+    def run(self, tests: list[str] | tuple[str, ...], timeout: float,
+            modules: bool = False) -> tuple[int | None, str]:
+        """pytest's exit code (None: past the timeout, the run killed) and its output; with ``modules``, the
+        names of the modules the run imported from outside the copy are kept for ``imported``."""
+        job = {"args": pytest_args(tests), "output": str(self.output), "timeout": timeout,
+               "modules": str(self.modules) if modules else None}
+        code = self._ask(job)["code"]
+        return code, self.output.read_text(errors="replace")
+
+    def imported(self) -> list[str]:
+        return json.loads(self.modules.read_text()) if self.modules.exists() else []
+
+    def preload(self, modules: list[str]) -> None:
+        self._ask({"preload": modules})
 
     def close(self) -> None:
         if self.proc.stdin:
@@ -324,12 +340,14 @@ def check_all(chosen: list[Mutation], workers: list[Worker], tests: list[str],
     """Each mutation's outcome, printed as it comes; None when the tests fail unmutated."""
     if not args.no_baseline:
         print(f"Unmutated: {len(tests)} test selections ...", flush=True)
-        code, output = workers[0].run(tests, args.timeout * 2)
+        code, output = workers[0].run(tests, args.timeout * 2, modules=True)
         if code != 0:
             print(f"mutation-check: the tests fail without any mutation (pytest exit {code}): "
                   f"{failed_tests(output)}\nFix them first: a mutation can only be caught by tests that pass.",
                   file=sys.stderr)
             return None
+        for worker in workers:
+            worker.preload(workers[0].imported())
     width = max(len(m.name) for m in chosen)
     outcomes = []
     tried = zip(chosen, try_all(chosen, workers, args.timeout), strict=True)
@@ -398,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"mutation-check: {wrong}", file=sys.stderr)
                 return 2
         tests = list(dict.fromkeys(t for m in chosen for t in m.tests))
-        workers = [Worker(copy, args.package, tests) for copy in copies]
+        workers = [Worker(copy) for copy in copies]
         try:
             outcomes = check_all(chosen, workers, tests, args)
         except WorkerError as e:
