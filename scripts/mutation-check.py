@@ -27,10 +27,12 @@ the copy does not import its own code, or the tests fail unmutated.
 from __future__ import annotations
 
 import argparse
+import compileall
 import concurrent.futures
 import fnmatch
 import json
 import os
+import py_compile
 import queue
 import re
 import shutil
@@ -154,13 +156,15 @@ def make_copy(root: Path, dest: Path) -> None:
         target = dest / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / name, target, follow_symlinks=False)
+    # Bytecode checked against a hash of its source, not its time and size: an unchanged module loads without
+    # compiling, and a mutated one, or one restored within the same second, never runs from a stale .pyc.
+    compileall.compile_dir(dest, quiet=2, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
 
 
 def environment(copy: Path) -> dict[str, str]:
     env = dict(os.environ)
     # The copy first on the path: a subprocess (python -m llm_bench, the llm-bench script) imports the
-    # mutated code, not the editable install's. No bytecode: a restored file must never run from a
-    # .pyc written for its mutated text (same size, same second).
+    # mutated code, not the editable install's. No new bytecode: only make_copy's, checked by hash.
     env["PYTHONPATH"] = os.pathsep.join([str(copy), *filter(None, [os.environ.get("PYTHONPATH")])])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
