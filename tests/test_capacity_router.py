@@ -196,12 +196,17 @@ def test_an_objective_no_level_meets_is_an_answer(slots_bed):
 def test_open_loop_arrivals_are_seeded_poisson_and_the_search_stops_by_itself(slots_bed):
     router, folder = slots_bed
     out = folder / "open"
+    # The arrivals are what is checked here, not where the objective breaks: a TTFT objective of 5 s allows the
+    # client 50 ms of lag. At 1.2 s (12 ms) one request of two sent 25 ms late on a busy machine made the level
+    # client-bound, and the search refused it.
     result = CliRunner().invoke(main, capacity_args(
         router.url, folder, out, "--alias", "p2", "--loop", "open", "--start-rate-per-min", "24",
-        "--rate-resolution", "0.5", "--max-requests", "24", "--arrival-seed", "7"))
+        "--rate-resolution", "0.5", "--max-requests", "24", "--arrival-seed", "7",
+        objective=["--min-stream-tps", "10", "--max-ttft-s", "5"]))
     assert result.exit_code == OK, result.output
     (search,) = load(out)["aliases"][0]["searches"]
-    assert search["loop"] == "open" and search["stopped_by"] in ("found", "max_requests", "none-meets")
+    assert search["loop"] == "open" and search["stopped_by"] in ("found", "max_requests", "none-meets"), search
+    assert all(level.get("lag_p99", 0) <= 50 for level in search["levels"]), search  # none refused as client-bound
     assert search["levels"][0]["level"] == 24
     for level in search["levels"]:
         # the level's requests were due at the seeded Poisson arrivals, R per minute
