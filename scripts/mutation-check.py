@@ -16,8 +16,8 @@ to a temporary folder. The selected tests are first run there unmutated: they mu
 mutation would look caught. Then for each mutation the file is changed, its tests run with
 ``pytest -x`` in a fresh process forked from the copy's worker (cwd and PYTHONPATH = the copy, so a test
 that starts ``python -m llm_bench`` or ``llm-bench`` in a subprocess runs the mutated code too; checked
-before anything runs), and the file is restored. With ``--jobs N`` (fast mutations only: theirs start no llama-server) N copies try
-mutations side by side, one at a time each. Each mutation is KILLED (a test failed), SURVIVED (all passed: a wrong figure the
+before anything runs), and the file is restored. With ``--jobs N`` (fast mutations only: theirs start no
+llama-server) N copies try mutations side by side, one at a time each. Each mutation is KILLED (a test failed), SURVIVED (all passed: a wrong figure the
 suite does not notice) or ERROR (its text is not in the file once, or its tests could not be run).
 
 Exit status: 0 all killed; 1 a mutation survived or could not be applied; 2 bad mutation files,
@@ -350,8 +350,9 @@ def check_all(chosen: list[Mutation], workers: list[Worker], tests: list[str],
                   f"{failed_tests(output)}\nFix them first: a mutation can only be caught by tests that pass.",
                   file=sys.stderr)
             return None
+        imported = workers[0].imported()
         for worker in workers:
-            worker.preload(workers[0].imported())
+            worker.preload(imported)
     width = max(len(m.name) for m in chosen)
     outcomes = []
     tried = zip(chosen, try_all(chosen, workers, args.timeout), strict=True)
