@@ -212,6 +212,15 @@ def test_a_router_restarted_on_the_same_port_counts_once(router_factory, tiny_mo
     assert counted.count == 1 and "event stream broke and came back" in counted.evidence
 
 
+def test_the_router_watch_stops_when_asked_not_at_the_next_event(router):
+    # The event stream is idle: the router sends nothing until a model's status changes. A watch whose
+    # thread outlived stop() held every soak's end for its join timeout.
+    watch = RouterInstanceWatch(router.url)
+    watch.start()
+    assert watch.stop() == Restart("llama.cpp router (/models/sse)", 0, "no instance exited")
+    assert watch._thread is not None and not watch._thread.is_alive()
+
+
 def test_restart_counters_read_by_command(tmp_path):
     counter = tmp_path / "NRestarts"
     counter.write_text("2\n")

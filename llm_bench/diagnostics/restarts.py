@@ -4,6 +4,7 @@ a container's restart count, and a llama.cpp router's model instances that exit 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import threading
 import time
@@ -85,7 +86,7 @@ class RouterInstanceWatch:
     _stop: threading.Event = field(default_factory=threading.Event)
     _connected: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
-    _client: httpx.Client | None = None
+    _socket: socket.socket | None = None
     _reached: bool = False
 
     def _run(self) -> None:
@@ -94,8 +95,11 @@ class RouterInstanceWatch:
             try:
                 with httpx.Client(base_url=self.base_url, headers=self.headers,
                                   timeout=httpx.Timeout(None, connect=2.0)) as client:
-                    self._client = client
                     with client.stream("GET", "/models/sse") as response:
+                        stream = response.extensions.get("network_stream")
+                        self._socket = stream.get_extra_info("socket") if stream is not None else None
+                        if self._stop.is_set():
+                            return
                         if response.status_code != 200:
                             self.unavailable = f"/models/sse answered HTTP {response.status_code}"
                             self._connected.set()
@@ -128,8 +132,13 @@ class RouterInstanceWatch:
     def stop(self) -> Restart | None:
         time.sleep(0.2)  # an exit just before the end is at most one event in flight
         self._stop.set()
-        if self._client is not None:
-            self._client.close()
+        # The stream's read blocks until the router sends an event, which may be never: shutting the
+        # socket down ends it now (closing the client from this thread would not).
+        if self._socket is not None:
+            try:
+                self._socket.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         if self._thread is not None:
             self._thread.join(5.0)
         if not self._reached and not self.unavailable:
