@@ -37,28 +37,21 @@ from llm_bench.testbed.router import free_port
 from tests.commands import invoke
 from tests.fake_vllm import FakeVllm, FakeVllmConfig
 
-# One helper script for every stand-in: start/stop a background llama-server with a pid file.
+# One helper script for every stand-in: start/stop a background llama-server with a pid file, stopped as the
+# sweep's switch command stops its router.
+SWITCHBED = Path(__file__).parent / "switchbed"
 HELPER = r'''
-import os, signal, subprocess, sys, time
+import subprocess, sys
 from pathlib import Path
+
+sys.path.insert(0, SWITCHBED)
+from switch import stop_group
 
 def stop(pidfile):
     p = Path(pidfile)
     if not p.exists():
         return
-    pid = int(p.read_text())
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        p.unlink(); return
-    for _ in range(150):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        os.killpg(pid, signal.SIGKILL)
+    stop_group(int(p.read_text()), grace_s=15.0)
     p.unlink()
 
 action = sys.argv[1]
@@ -92,7 +85,7 @@ class Bed:
         self.binary = binary
         self.target = target
         self.helper = tmp_path / "helper.py"
-        self.helper.write_text(HELPER)
+        self.helper.write_text(f"SWITCHBED = {str(SWITCHBED)!r}\n" + HELPER)
         self.engine_port = free_port()
         self.engine_url = f"http://127.0.0.1:{self.engine_port}"
         self.engine_pid = tmp_path / "engine.pid"

@@ -22,19 +22,42 @@ from pathlib import Path
 import httpx
 
 
+def group_running(pgid: int) -> bool:
+    """A process of the group still runs. An exited one counts as gone: its parent, this script, has exited,
+    so it waits as a zombie until init reaps it, which here takes about a second (systemd takes none)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses
+            state, _ppid, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, IndexError, ValueError):
+            continue  # it ended while we read
+        if int(pgrp) == pgid and state != "Z":
+            return True
+    return False
+
+
+def stop_group(pgid: int, grace_s: float = 5.0) -> None:
+    """SIGTERM, and SIGKILL after ``grace_s`` what still runs, as systemd stops a unit."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while group_running(pgid):
+        if time.monotonic() > deadline:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return
+        time.sleep(0.02)
+
+
 def stop_running(state: Path) -> None:
     pid_file = state / "router.pid"
     if not pid_file.exists():
         return
-    pid = int(pid_file.read_text())
-    try:
-        os.killpg(pid, signal.SIGTERM)
-        for _ in range(100):
-            os.killpg(pid, 0)
-            time.sleep(0.05)
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    stop_group(int(pid_file.read_text()))
     pid_file.unlink()
 
 
