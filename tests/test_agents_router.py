@@ -11,12 +11,14 @@ that rewrites the start of every prompt (no turn can reuse the previous one's ca
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+import httpx
 import pytest
 
 from llm_bench.plan import Plan, Protocol
@@ -220,15 +222,20 @@ def test_a_template_that_rewrites_earlier_turns_is_flagged(bed, tmp_path):
     assert any(w.startswith("session: turn(s) 2") for w in record.warnings)
 
 
-def test_the_openai_engine_replays_the_session_through_the_templates_tool_path(bed, session_run, tmp_path):
+def test_the_openai_engine_replays_the_session_through_the_templates_tool_path(bed, tmp_path):
     # llama-server's own /v1 through the OpenAI engine (its cache counter: usage.prompt_tokens_details), on the
     # preset whose template renders the tools (SmolLM2's own renders none)
+    session = write_short_session(tmp_path / "session.json")
     _path, (record,) = measure(bed, tmp_path, ("smol-think",), engine="openai", workloads=("session",),
-                               temperature=0.0, settings={"session": {"max_tokens": 8, "max_context": 2800}})
+                               temperature=0.0, settings={"session": {"max_tokens": 8, "session_file": str(session)}})
     result = result_of(record)
-    assert record.decode_source == "stream" and len(result.warm) >= 2
-    plain_first = result_of(session_run[1]).warm[0]
-    assert result.warm[0].prompt_tokens > plain_first.prompt_tokens + 300  # the four tool definitions
+    assert record.decode_source == "stream" and len(result.warm) == 2
+    # the server's own count of the first turn's messages under the same template, without the tools
+    first = json.loads(session.read_text())["messages"][:2]
+    templated = httpx.post(f"{bed.url}/apply-template", json={"model": "smol-think", "messages": first}, timeout=60)
+    bare = httpx.post(f"{bed.url}/tokenize", json={"model": "smol-think", "content": templated.json()["prompt"],
+                                                   "add_special": True}, timeout=60).json()["tokens"]
+    assert result.warm[0].prompt_tokens > len(bare) + 300  # the four tool definitions
     for before, turn in zip(result.warm, result.warm[1:]):
         assert turn.cache_n >= 0.9 * before.prompt_tokens and turn.reuse_flag is None
     # the OpenAI engine asks for cold prompts with a cache_salt, which llama-server does not know: it reuses
