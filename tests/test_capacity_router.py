@@ -201,7 +201,7 @@ def test_open_loop_arrivals_are_seeded_poisson_and_the_search_stops_by_itself(sl
     # client-bound, and the search refused it.
     result = CliRunner().invoke(main, capacity_args(
         router.url, folder, out, "--alias", "p2", "--loop", "open", "--start-rate-per-min", "24",
-        "--rate-resolution", "0.5", "--max-requests", "24", "--arrival-seed", "7",
+        "--rate-resolution", "0.5", "--max-requests", "12", "--arrival-seed", "7",
         objective=["--min-stream-tps", "10", "--max-ttft-s", "5"]))
     assert result.exit_code == OK, result.output
     (search,) = load(out)["aliases"][0]["searches"]
