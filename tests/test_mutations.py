@@ -155,6 +155,6 @@ def test_malformed_mutation_files_are_refused_with_the_fix(tmp_path):
 
 
 def test_every_fast_mutation_is_killed():
-    result = run_script("--fast", "--jobs", "2", timeout=600)
+    result = run_script("--fast", "--jobs", "3", timeout=600)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert " 0 survived, 0 errors" in result.stdout
