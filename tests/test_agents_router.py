@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-import httpx
 import pytest
 
+from llm_bench.engines.client import OpenAIClient
+from llm_bench.engines.logprobs import LlamaServerLogprobs
 from llm_bench.plan import Plan, Protocol
 from llm_bench.report import load_rows, markdown_table
 from llm_bench.report.export import report_data, to_csv
@@ -232,9 +233,9 @@ def test_the_openai_engine_replays_the_session_through_the_templates_tool_path(b
     assert record.decode_source == "stream" and len(result.warm) == 2
     # the server's own count of the first turn's messages under the same template, without the tools
     first = json.loads(session.read_text())["messages"][:2]
-    templated = httpx.post(f"{bed.url}/apply-template", json={"model": "smol-think", "messages": first}, timeout=60)
-    bare = httpx.post(f"{bed.url}/tokenize", json={"model": "smol-think", "content": templated.json()["prompt"],
-                                                   "add_special": True}, timeout=60).json()["tokens"]
+    with OpenAIClient(bed.url, timeout=60) as client:
+        templated = client.post_json("/apply-template", {"model": "smol-think", "messages": first})["prompt"]
+        bare = LlamaServerLogprobs(client).tokenize("smol-think", templated)
     assert result.warm[0].prompt_tokens > len(bare) + 300  # the four tool definitions
     for before, turn in zip(result.warm, result.warm[1:]):
         assert turn.cache_n >= 0.9 * before.prompt_tokens and turn.reuse_flag is None
