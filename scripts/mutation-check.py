@@ -345,16 +345,18 @@ def check_all(chosen: list[Mutation], workers: list[Worker], tests: list[str],
     if not args.no_baseline:
         print(f"Unmutated: {len(tests)} test selections ...", flush=True)
         # Each worker runs a share of the selections, side by side, and then holds what all of them imported.
-        shares = [(worker, tests[n::len(workers)]) for n, worker in enumerate(workers) if tests[n::len(workers)]]
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(shares)) as pool:
-            runs = list(pool.map(lambda share: share[0].run(share[1], args.timeout * 2, modules=True), shares))
+        sharing = workers[:max(1, min(len(workers), len(tests)))]
+        shares = [tests[n::len(sharing)] for n in range(len(sharing))]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(sharing)) as pool:
+            runs = list(pool.map(lambda worker, share: worker.run(share, args.timeout * 2, modules=True),
+                                 sharing, shares))
         for code, output in runs:
             if code != 0:
                 print(f"mutation-check: the tests fail without any mutation (pytest exit {code}): "
                       f"{failed_tests(output)}\nFix them first: a mutation can only be caught by tests that pass.",
                       file=sys.stderr)
                 return None
-        imported = list(dict.fromkeys(name for worker, _ in shares for name in worker.imported()))
+        imported = list(dict.fromkeys(name for worker in sharing for name in worker.imported()))
         for worker in workers:
             worker.preload(imported)
     width = max(len(m.name) for m in chosen)
