@@ -52,6 +52,9 @@ REQUEST_S = 1.25
 # slots (about REQUEST_S: one server thread decodes both) before its prompt: p95 TTFT (their max) breaks MAX_TTFT_S
 # as surely as over four.
 QUICK = ["--warmup-s", "1", "--window-s", "1", "--min-window-requests", "2"]
+# Where the answer is not what is checked (an objective nothing meets, Ctrl-C, a server dying), short requests: a
+# level then lasts its warm-up and window, and the requests in flight at its end are short too.
+SHORT_TOKENS = 8
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle.\n"
 
 
@@ -185,7 +188,7 @@ def test_an_objective_no_level_meets_is_an_answer(slots_bed):
     router, folder = slots_bed
     out = folder / "none"
     result = CliRunner().invoke(main, capacity_args(router.url, folder, out, "--alias", "p2", "--min-stream-tps",
-                                                    "100000"))
+                                                    "100000", max_tokens=SHORT_TOKENS))
     assert result.exit_code == OK, result.output
     (search,) = load(out)["aliases"][0]["searches"]
     assert search["stopped_by"] == "none-meets" and "carried" not in search
@@ -247,7 +250,7 @@ def test_ctrl_c_keeps_every_level_measured(slots_bed):
     router, folder = slots_bed
     out = folder / "interrupted"
     process = start_capacity(capacity_args(router.url, folder, out, "--alias", "p4", "--window-s", "3",
-                                           "--min-window-requests", "2"))
+                                           "--min-window-requests", "2", max_tokens=SHORT_TOKENS))
     wait_for_levels(out, 1, process)  # the first level is on disk; the second has just started
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
@@ -270,7 +273,7 @@ def test_a_server_dying_partway_exits_3_with_every_level_kept(llama_server_bin, 
     out = tmp_path / "out"
     try:
         process = start_capacity(capacity_args(router.url, tmp_path, out, "--alias", "p2", "--window-s", "3",
-                                               "--min-window-requests", "2"))
+                                               "--min-window-requests", "2", max_tokens=SHORT_TOKENS))
         wait_for_levels(out, 1, process)
         # SIGTERM, then SIGKILL after 1 s: the router would wait 10 s for the busy instance to end its streams
         router.stop(timeout=1.0)

@@ -16,12 +16,14 @@ from tests.conftest import StartRouter
 
 PLAIN = "smol-plain"
 MAX_TOKENS = 16
+PER_FAMILY = 10
 
 
 def test_smollm2_gets_most_easy_items_right(router_factory: StartRouter, smollm2: Path) -> None:
     demo = smollm2_presets(smollm2, drafter=smollm2)
     router = router_factory(render_presets_ini({"*": demo["*"], PLAIN: demo[PLAIN]}))
-    items = generate_items(seed=0, difficulties=("easy",))
+    # the first half of the shipped easy items (10 of each family's 20): their answers take 12 s here, not 25
+    items = generate_items(seed=0, per_cell=PER_FAMILY, difficulties=("easy",))
     engine = LlamaCppEngine(router.url, timeout=120)
     try:
         answers = [engine.complete(CompletionRequest(PLAIN, item.messages(), MAX_TOKENS)).text for item in items]
@@ -32,5 +34,5 @@ def test_smollm2_gets_most_easy_items_right(router_factory: StartRouter, smollm2
     print(f"SmolLM2 easy: {sum(right)}/{len(items)} right; "
           + ", ".join(f"{family} {by_family[family]}/{len(items) // len(FAMILIES)}" for family in FAMILIES))
 
-    assert sum(right) >= 0.6 * len(items)  # measured: 67 of 80
-    assert all(by_family[family] >= 5 for family in FAMILIES)
+    assert sum(right) >= 0.6 * len(items)  # measured: 32 of 40 (67 of all 80)
+    assert all(by_family[family] >= 0.4 * PER_FAMILY for family in FAMILIES)  # arithmetic, the hardest: 5 of 10
