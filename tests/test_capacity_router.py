@@ -202,15 +202,17 @@ def test_open_loop_arrivals_are_seeded_poisson_and_the_search_stops_by_itself(sl
     # The arrivals are what is checked here, not where the objective breaks: a TTFT objective of 5 s allows the
     # client 50 ms of lag. At 1.2 s (12 ms) one request of two sent 25 ms late on a busy machine made the level
     # client-bound, and the search refused it.
+    # A level lasts as long as its arrivals take: from 48 a minute, not 24, the search's 12 requests come in half
+    # the time, and short requests keep even its fastest level within what two slots serve.
     result = CliRunner().invoke(main, capacity_args(
-        router.url, folder, out, "--alias", "p2", "--loop", "open", "--start-rate-per-min", "24",
+        router.url, folder, out, "--alias", "p2", "--loop", "open", "--start-rate-per-min", "48",
         "--rate-resolution", "0.5", "--max-requests", "12", "--arrival-seed", "7",
-        objective=["--min-stream-tps", "10", "--max-ttft-s", "5"]))
+        objective=["--min-stream-tps", "10", "--max-ttft-s", "5"], max_tokens=SHORT_TOKENS))
     assert result.exit_code == OK, result.output
     (search,) = load(out)["aliases"][0]["searches"]
     assert search["loop"] == "open" and search["stopped_by"] in ("found", "max_requests", "none-meets"), search
     assert all(level.get("lag_p99", 0) <= 50 for level in search["levels"]), search  # none refused as client-bound
-    assert search["levels"][0]["level"] == 24
+    assert search["levels"][0]["level"] == 48
     for level in search["levels"]:
         # the level's requests were due at the seeded Poisson arrivals, R per minute
         arrivals, due, rng = [], 0.0, random.Random(7)
