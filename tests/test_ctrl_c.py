@@ -33,8 +33,8 @@ def test_ctrl_c_after_run_2_of_3_keeps_both_finished_runs(router, tmp_path):
         first = stderr.wait_for(r"Run 1/3: ", timeout=300)
         second = stderr.wait_for(r"Run 2/3: ", timeout=300)
         process.send_signal(signal.SIGINT)  # run 3 is streaming now
+        code = process.wait(timeout=120)  # a hang fails here instead of holding the suite (its output is small)
         stdout = process.stdout.read()
-        code = process.wait(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()

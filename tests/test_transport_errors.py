@@ -5,7 +5,11 @@ as its typed error from engines/errors.py."""
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -95,3 +99,55 @@ def test_a_stream_that_breaks_after_it_began_is_stream_broken_and_not_sent_again
     with pytest.raises(StreamBroken, match="POST /v1/chat/completions for 'm': stream broke: RemoteProtocolError"):
         c.stream_chat(REQUEST)
     assert len(sent) == 1
+
+
+@contextmanager
+def models_server() -> Iterator[str]:
+    """A real HTTP server on a real socket that answers GET /models."""
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = json.dumps({"data": []}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_ctrl_c_inside_the_connection_pool_does_not_block_the_next_request() -> None:
+    """Ctrl-C can land in httpcore between taking its pool's lock and entering the block that releases it
+    (ThreadLock.__enter__ acquires, then returns): the lock stays held, and the unload after a Ctrl-C (the next
+    request on the same client) waited on it for ever. Here the first request takes the lock as __enter__ does
+    and is interrupted there; the next one must be answered."""
+    with models_server() as url:
+        c = OpenAIClient(url, timeout=5)
+        pool_lock = c.http._transport._pool._optional_thread_lock._lock  # httpcore's, which the real path takes
+        real = c.http
+
+        def interrupted(*args: object, **kwargs: object) -> httpx.Response:
+            del real.request  # once: what follows goes the real way
+            pool_lock.acquire()
+            raise KeyboardInterrupt
+
+        real.request = interrupted  # type: ignore[method-assign]
+        with pytest.raises(KeyboardInterrupt):
+            c.get_json("/models")
+        answers: list[object] = []
+        after = threading.Thread(target=lambda: answers.append(c.get_json("/models")), daemon=True)
+        after.start()
+        after.join(timeout=10)
+        assert not after.is_alive(), "the request after the Ctrl-C waited on the pool's lock"
+        assert answers == [{"data": []}]
+        c.close()

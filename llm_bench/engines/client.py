@@ -114,12 +114,11 @@ class OpenAIClient:
         # One connection per simultaneous stream, plus a few for the calls around them (models, metrics),
         # so no stream waits for a connection; a pool that still runs dry fails fast instead of queueing.
         connections = streams + 4
-        self.http = httpx.Client(
-            base_url=self.base_url,
-            headers=headers,
-            timeout=httpx.Timeout(timeout, connect=10.0, pool=10.0),
-            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
-        )
+        self._settings: dict[str, Any] = {
+            "base_url": self.base_url, "headers": headers,
+            "timeout": httpx.Timeout(timeout, connect=10.0, pool=10.0),
+            "limits": httpx.Limits(max_connections=connections, max_keepalive_connections=connections)}
+        self.http = httpx.Client(**self._settings)
 
     def close(self) -> None:
         self.http.close()
@@ -137,16 +136,24 @@ class OpenAIClient:
         response: nothing was generated, so sending it again is safe (for a GET, a completion or a stream;
         not for a load or unload, which may have started)."""
         try:
-            with transport_errors(what, self.base_url):
-                return send()
-        except _NoResponse as first:
-            if not again:
-                raise ServerError(f"{what}: the server closed the connection without answering: {first}") from first
-        try:
-            with transport_errors(what, self.base_url):
-                return send()
-        except _NoResponse as e:
-            raise ServerError(f"{what}: the server closed the connection twice without answering: {e}") from e
+            try:
+                with transport_errors(what, self.base_url):
+                    return send()
+            except _NoResponse as first:
+                if not again:
+                    raise ServerError(f"{what}: the server closed the connection without answering: {first}") from first
+            try:
+                with transport_errors(what, self.base_url):
+                    return send()
+            except _NoResponse as e:
+                raise ServerError(f"{what}: the server closed the connection twice without answering: {e}") from e
+        except KeyboardInterrupt:
+            # Ctrl-C can land inside httpcore after it took its pool's lock and before the block that releases
+            # it (ThreadLock.__enter__), and then nothing ever releases it: the unload that follows a Ctrl-C
+            # waited on it for ever. What follows gets a pool of its own; the old one is left as it is, since
+            # closing it takes the same lock.
+            self.http = httpx.Client(**self._settings)
+            raise
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         return self._send(f"{method} {path}", lambda: self.http.request(method, path, **kwargs),
