@@ -136,17 +136,7 @@ class OpenAIClient:
         response: nothing was generated, so sending it again is safe (for a GET, a completion or a stream;
         not for a load or unload, which may have started)."""
         try:
-            try:
-                with transport_errors(what, self.base_url):
-                    return send()
-            except _NoResponse as first:
-                if not again:
-                    raise ServerError(f"{what}: the server closed the connection without answering: {first}") from first
-            try:
-                with transport_errors(what, self.base_url):
-                    return send()
-            except _NoResponse as e:
-                raise ServerError(f"{what}: the server closed the connection twice without answering: {e}") from e
+            return self._send_again_if_dropped(what, send, again=again)
         except KeyboardInterrupt:
             # Ctrl-C can land inside httpcore after it took its pool's lock and before the block that releases
             # it (ThreadLock.__enter__), and then nothing ever releases it: the unload that follows a Ctrl-C
@@ -154,6 +144,19 @@ class OpenAIClient:
             # closing it takes the same lock.
             self.http = httpx.Client(**self._settings)
             raise
+
+    def _send_again_if_dropped(self, what: str, send: Callable[[], T], *, again: bool) -> T:
+        try:
+            with transport_errors(what, self.base_url):
+                return send()
+        except _NoResponse as first:
+            if not again:
+                raise ServerError(f"{what}: the server closed the connection without answering: {first}") from first
+        try:
+            with transport_errors(what, self.base_url):
+                return send()
+        except _NoResponse as e:
+            raise ServerError(f"{what}: the server closed the connection twice without answering: {e}") from e
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         return self._send(f"{method} {path}", lambda: self.http.request(method, path, **kwargs),
