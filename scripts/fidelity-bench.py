@@ -31,7 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from llm_bench.capacity.loops import Budget, closed_level
+from llm_bench.capacity.loops import Budget, closed_level, new_level
 from llm_bench.capacity.prompts import PlanPrompt
 from llm_bench.capacity.records import Level
 from llm_bench.capacity.settings import CapacitySettings
@@ -102,7 +102,9 @@ def capacity_level(engine, request: ChatRequest, streams: int, window_s: float) 
     engine.stream(request)  # load the preset and warm it up; not counted
     settings = CapacitySettings(min_stream_tps=1.0, max_ttft_s=1.0, warmup_s=5.0, window_s=window_s,
                                 min_window_requests=streams)
-    return closed_level(engine, PlanPrompt(request).level(), streams, settings, Budget(1_000_000, 3600.0))
+    level = new_level("closed", streams)
+    closed_level(engine, PlanPrompt(request).level(), level, settings, Budget(1_000_000, 3600.0))
+    return level
 
 
 def report_capacity(streams: int, level: Level) -> None:

@@ -28,12 +28,25 @@ def pytest_configure(config: pytest.Config) -> None:
         "nix: evaluates the flake's Nix code against the nixpkgs tree in NIXPKGS_LIB "
         "(./dev test runs these once per tree: `-m nix` selects them)",
     )
+    config.addinivalue_line(
+        "markers",
+        "server: starts a real llama-server or LiteLLM proxy; ./dev test runs these one at a time, after the "
+        "rest on two workers (two llama-servers measuring at once slow each other down a hundredfold)",
+    )
+
+
+# The fixtures that start or need a real llama-server or LiteLLM proxy.
+SERVER_FIXTURES = {"llama_server_bin", "smollm2", "litellm_bin"}
+# Modules that start one without those fixtures (the demo finds the cached build itself).
+SERVER_MODULES = {"test_html_report.py"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.name.startswith("test_nix_"):
             item.add_marker(pytest.mark.nix)
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())) or item.path.name in SERVER_MODULES:
+            item.add_marker(pytest.mark.server)
 
 
 def pytest_report_header() -> str:

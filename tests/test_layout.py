@@ -144,3 +144,40 @@ def test_both_engines_implement_the_engine_interface() -> None:
             assert isinstance(engine, Engine)
         finally:
             engine.close()
+
+
+# What an exception may hold besides its message: the error it wraps, the results file where what was measured
+# already is, an HTTP status, a bad plan value's field and rule. Measured records reach the file as they are made
+# (a recorder, a level the caller holds), never up the stack inside an exception.
+EXCEPTION_ATTRIBUTES = {"cause", "path", "status", "field", "rule"}
+
+
+def attributes_set_on_self(node: ast.ClassDef) -> set[str]:
+    return {target.attr for n in ast.walk(node) if isinstance(n, (ast.Assign, ast.AnnAssign))
+            for target in (n.targets if isinstance(n, ast.Assign) else [n.target])
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"}
+
+
+def exception_classes() -> dict[str, ast.ClassDef]:
+    """Every class of the package that derives, by name, from an exception (its bases are read, not imported)."""
+    classes = {}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                classes[node.name] = node
+    bases = {name: {b.id if isinstance(b, ast.Name) else b.attr for b in node.bases
+                    if isinstance(b, (ast.Name, ast.Attribute))} for name, node in classes.items()}
+
+    def is_exception(name: str, seen: frozenset[str] = frozenset()) -> bool:
+        if name in ("Exception", "BaseException", "KeyboardInterrupt") or name.endswith("Error"):
+            return True
+        return any(is_exception(b, seen | {name}) for b in bases.get(name, ()) if b not in seen)
+
+    return {name: node for name, node in classes.items() if any(is_exception(b) for b in bases[name])}
+
+
+def test_no_exception_class_carries_measured_records() -> None:
+    found = exception_classes()
+    assert {"LevelAborted", "LevelInterrupted", "RunInterrupted", "WorkloadInterrupted"} <= set(found)
+    carried = {name: sorted(attributes_set_on_self(node) - EXCEPTION_ATTRIBUTES) for name, node in found.items()}
+    assert {name: extra for name, extra in carried.items() if extra} == {}

@@ -1,4 +1,5 @@
-"""The two load generators. Each measures one level and returns every request it sent.
+"""The two load generators. Each measures one level into the ``Level`` its caller holds (``new_level``), so
+every request it sent is the caller's as it ends, whatever stops the level.
 
 Closed loop: N streams, each sending its next request the moment its last one ended (it was due then).
 Open loop: requests due at Poisson arrival times at R per minute (seeded), each sent on a thread of its
@@ -161,7 +162,8 @@ class _Requests:
         return self.in_flight
 
 
-def _level(loop: str, value: float) -> Level:
+def new_level(loop: str, value: float) -> Level:
+    """An empty level of N streams (closed) or R requests per minute (open), started now."""
     return Level(loop=loop, level=value, started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
 
@@ -172,12 +174,12 @@ def _wait(threads: list[threading.Thread]) -> None:
             thread.join(0.1)
 
 
-def closed_level(engine: Engine, prompts: NextPrompt, streams: int, settings: CapacitySettings, budget: Budget,
-                 watch: Watch | None = None, spread_s: float = 0.0) -> Level:
-    """N streams back to back, each asking ``prompts`` for its next request. Their first requests are
-    spread evenly over ``spread_s`` (one request's duration), so that identical requests do not run in
+def closed_level(engine: Engine, prompts: NextPrompt, level: Level, settings: CapacitySettings, budget: Budget,
+                 watch: Watch | None = None, spread_s: float = 0.0) -> None:
+    """``level.level`` streams back to back, each asking ``prompts`` for its next request. Their first requests
+    are spread evenly over ``spread_s`` (one request's duration), so that identical requests do not run in
     lock-step, arriving and queueing together for ever; the warm-up lasts at least that long."""
-    level = _level("closed", streams)
+    streams = int(level.level)
     origin = clock()
     phases = Phases(origin, settings, budget, warmup_s=max(settings.warmup_s, spread_s))
     requests = _Requests(level, origin, engine.capabilities.server_decode_rate)
@@ -204,14 +206,13 @@ def closed_level(engine: Engine, prompts: NextPrompt, streams: int, settings: Ca
         _wait(threads)
     phases.finish(level, clock())
     _check_unreachable(requests, level)
-    return level
 
 
-def open_level(engine: Engine, prompts: NextPrompt, rate_per_min: float, settings: CapacitySettings,
-               budget: Budget, watch: Watch | None = None) -> Level:
-    """Requests due at Poisson arrivals, R per minute, asking ``prompts`` in the order of their arrival;
-    the same seed gives every level the same sequence of gaps, scaled to its rate."""
-    level = _level("open", rate_per_min)
+def open_level(engine: Engine, prompts: NextPrompt, level: Level, settings: CapacitySettings,
+               budget: Budget, watch: Watch | None = None) -> None:
+    """Requests due at Poisson arrivals, ``level.level`` per minute, asking ``prompts`` in the order of their
+    arrival; the same seed gives every level the same sequence of gaps, scaled to its rate."""
+    rate_per_min = level.level
     arrivals = random.Random(settings.arrival_seed)
     origin = clock()
     phases = Phases(origin, settings, budget)
@@ -244,19 +245,15 @@ def open_level(engine: Engine, prompts: NextPrompt, rate_per_min: float, setting
         _wait(threads)
     phases.finish(level, clock())
     _check_unreachable(requests, level)
-    return level
 
 
 class LevelInterrupted(Exception):
-    """Ctrl-C during a level; ``level`` holds every request that had ended (those in flight are dropped)."""
-
-    def __init__(self, level: Level):
-        super().__init__("interrupted")
-        self.level = level
+    """Ctrl-C during a level; the caller's level holds every request that had ended (those in flight are
+    dropped), marked as cut short."""
 
 
 class _interruptible:
-    """Ctrl-C stops the level's sending and carries what it measured up, marked as cut short."""
+    """Ctrl-C stops the level's sending and marks the level cut short."""
 
     def __init__(self, phases: Phases, level: Level):
         self._phases, self._level = phases, level
@@ -269,22 +266,21 @@ class _interruptible:
             self._phases.stop("interrupted")
             self._level.cut_short = "interrupted"
             self._level.duration_s = clock() - self._phases.origin
-            raise LevelInterrupted(self._level) from None
+            raise LevelInterrupted("interrupted") from None
 
 
 class LevelAborted(Exception):
-    """The server went away during a level; ``level`` holds every request it sent."""
+    """The server went away during a level (``cause``); the caller's level holds every request it sent."""
 
-    def __init__(self, cause: ServerUnreachable, level: Level):
+    def __init__(self, cause: ServerUnreachable):
         super().__init__(str(cause))
         self.cause = cause
-        self.level = level
 
 
 def _check_unreachable(requests: _Requests, level: Level) -> None:
     if requests.unreachable is not None:
         level.cut_short = "server-gone"
-        raise LevelAborted(requests.unreachable, level)
+        raise LevelAborted(requests.unreachable)
 
 
 class _watching:

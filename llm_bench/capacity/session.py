@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from llm_bench.capacity.answer import amount, answer_sentence
-from llm_bench.capacity.loops import Budget, LevelAborted, LevelInterrupted, clock, closed_level, open_level
+from llm_bench.capacity.loops import (
+    Budget,
+    LevelAborted,
+    LevelInterrupted,
+    clock,
+    closed_level,
+    new_level,
+    open_level,
+)
 from llm_bench.capacity.prompts import PlanPrompt, Prompt, Prompts, SessionPrompts
 from llm_bench.capacity.records import PROBE, AliasCapacity, Level, RequestRecord, Search, request_record
 from llm_bench.capacity.search import bracket, next_rate, next_streams
@@ -147,15 +155,16 @@ class _Searcher:
                 if bound:
                     search.stopped_by = bound
                     break
+                level = new_level(search.loop, value)
+                search.levels.append(level)  # kept as its requests end, whatever stops it
                 try:
-                    level = measure(value)
-                except LevelAborted as e:
-                    self._stop(alias, search, outcomes, "server-gone", e.level)
+                    measure(level)
+                except LevelAborted:
+                    self._stop(alias, search, outcomes, "server-gone", level)
                     raise
-                except LevelInterrupted as e:
-                    self._stop(alias, search, outcomes, "interrupted", e.level)
+                except LevelInterrupted:
+                    self._stop(alias, search, outcomes, "interrupted", level)
                     raise KeyboardInterrupt from None
-                search.levels.append(level)
                 judgement = level.judge(self.objective)
                 self.log(_describe_level(level, self.objective))
                 if judgement.client_bound:
@@ -180,17 +189,17 @@ class _Searcher:
     def _stop(self, alias: AliasCapacity, search: Search, outcomes: dict[float, bool], why: str,
               level: Level | None) -> None:
         if level is not None:
-            search.levels.append(level)
             level.judge(self.objective)
         search.stopped_by = why
         self._conclude(alias, search, outcomes)
 
-    def _measurer(self, loop: str, watch: SlotWatch | None, spread_s: float) -> Callable[[float], Level]:
+    def _measurer(self, loop: str, watch: SlotWatch | None, spread_s: float) -> Callable[[Level], None]:
         sampler = None if watch is None else watch.watching
         if loop == "closed":
-            return lambda n: closed_level(self.engine, self.prompts.level(), int(n), self.settings, self.budget,
-                                          sampler, spread_s)
-        return lambda rate: open_level(self.engine, self.prompts.level(), rate, self.settings, self.budget, sampler)
+            return lambda level: closed_level(self.engine, self.prompts.level(), level, self.settings, self.budget,
+                                              sampler, spread_s)
+        return lambda level: open_level(self.engine, self.prompts.level(), level, self.settings, self.budget,
+                                        sampler)
 
     def _conclude(self, alias: AliasCapacity, search: Search, outcomes: dict[float, bool]) -> None:
         b = bracket(outcomes)
