@@ -41,7 +41,8 @@ class LlamaCppEngine:
         """Unload the alias and wait until the router says so; True: a cold load can be timed."""
         if self.client.model(alias).status != "unloaded":
             self.client.unload(alias)
-            self.client.wait_for_status(alias, "unloaded", self.load_timeout)
+            # an unload ends within tens of milliseconds, and every alias waits for one before its cold load
+            self.client.wait_for_status(alias, "unloaded", self.load_timeout, poll=0.02)
         return True
 
     def warm_up(self, request: ChatRequest) -> tuple[StreamMeasurement, list[str]]:
