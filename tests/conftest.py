@@ -33,6 +33,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "server: starts a real llama-server or LiteLLM proxy; ./dev test runs these one at a time, after the "
         "rest on two workers (two llama-servers measuring at once slow each other down a hundredfold)",
     )
+    config.addinivalue_line(
+        "markers",
+        "long: takes most of its pass's time; it starts first, so that the other worker runs the rest meanwhile",
+    )
 
 
 # The fixtures that start or need a real llama-server or LiteLLM proxy.
@@ -47,6 +51,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.nix)
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())) or item.path.name in SERVER_MODULES:
             item.add_marker(pytest.mark.server)
+    # After pytest-randomly's shuffle (it runs first): stable, so the rest keep their random order.
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 
 def pytest_report_header() -> str:

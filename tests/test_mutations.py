@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "mutation-check.py"
 
@@ -154,6 +156,7 @@ def test_malformed_mutation_files_are_refused_with_the_fix(tmp_path):
     assert result.returncode == 2 and "must be unique" in result.stderr
 
 
+@pytest.mark.long
 def test_every_fast_mutation_is_killed():
     result = run_script("--fast", "--jobs", "3", timeout=600)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
