@@ -21,9 +21,9 @@ from llm_bench.report import find_baseline, load_sets, markdown_table, rows_of, 
 from llm_bench.report.chart import draw_chart
 from llm_bench.report.html import write_html
 from llm_bench.runner import run_plan
-from llm_bench.testbed.llama_server import ensure_llama_server
+from llm_bench.testbed.llama_server import cache_dir, ensure_llama_server
 from llm_bench.testbed.presets import render_presets_ini
-from llm_bench.testbed.random_drafter import write_random_drafter
+from llm_bench.testbed.random_drafter import cached_random_drafter
 from llm_bench.testbed.router import running_router
 from llm_bench.testbed.smollm2 import ensure_smollm2
 from llm_bench.testbed.tiny_gguf import TinyModelSpec, write_tiny_model
@@ -104,7 +104,8 @@ def smollm2_presets(model: Path, drafter: Path) -> dict[str, Preset]:
 
 def write_smollm2_bed(folder: Path, model: Path, presets: tuple[str, ...] | None = None) -> Path:
     """The SmolLM2 presets INI (all, or the named ones) and a random drafter with SmolLM2's vocabulary."""
-    drafter = write_random_drafter(model, folder / "models" / "smollm2-random-drafter.gguf")
+    drafter = cached_random_drafter(model, folder / "models" / "smollm2-random-drafter.gguf",
+                                    cache_dir() / "random-drafters")
     chosen = smollm2_presets(model, drafter)
     if presets is not None:
         chosen = {name: chosen[name] for name in ("*", *presets)}

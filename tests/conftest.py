@@ -39,8 +39,9 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-# The fixtures that start or need a real llama-server or LiteLLM proxy.
-SERVER_FIXTURES = {"llama_server_bin", "smollm2", "litellm_bin"}
+# The fixtures that start or need a real llama-server or LiteLLM proxy (SmolLM2 alone is a file: a test that reads
+# it without serving it runs on the two workers).
+SERVER_FIXTURES = {"llama_server_bin", "litellm_bin"}
 # Modules that start one without those fixtures (the demo finds the cached build itself).
 SERVER_MODULES = {"test_html_report.py"}
 

@@ -60,3 +60,23 @@ def test_the_demos_default_runs_are_enough_for_a_verdict():
     runs = DEMO_PROTOCOL.runs
     result = verdict([10.0 + 0.1 * i for i in range(runs)], [20.0 + 0.1 * i for i in range(runs)])
     assert result.kind == SLOWER, result
+
+
+def test_the_random_drafter_is_made_once_per_target_and_copied(tmp_path: Path):
+    """The bed's drafter comes from a cache keyed by the target file: the same target reuses the cached file,
+    a changed one gets a new drafter, and what is copied is byte for byte write_random_drafter's file."""
+    import os
+
+    from llm_bench.testbed.random_drafter import cached_random_drafter, write_random_drafter
+    from llm_bench.testbed.tiny_gguf import write_tiny_model
+
+    target = write_tiny_model(tmp_path / "target.gguf")
+    cache = tmp_path / "cache"
+    first = cached_random_drafter(target, tmp_path / "a" / "drafter.gguf", cache)
+    assert first.read_bytes() == write_random_drafter(target, tmp_path / "direct.gguf").read_bytes()
+    [made] = cache.iterdir()
+    made.write_bytes(b"the cached file")  # reused as it is, not written again
+    assert cached_random_drafter(target, tmp_path / "b" / "drafter.gguf", cache).read_bytes() == b"the cached file"
+    os.utime(target, ns=(target.stat().st_atime_ns, target.stat().st_mtime_ns + 10**9))
+    third = cached_random_drafter(target, tmp_path / "c" / "drafter.gguf", cache)
+    assert third.read_bytes() == first.read_bytes() and len(list(cache.iterdir())) == 2

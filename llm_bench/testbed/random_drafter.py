@@ -8,7 +8,30 @@ and what llama.cpp's synthetic acceptance (``spec-synth-len``) then forces into 
 
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
 from pathlib import Path
+
+# Part of the cache key: change it when write_random_drafter writes a different file.
+_FORMAT = 1
+
+
+def cached_random_drafter(target: Path, path: Path, cache: Path) -> Path:
+    """write_random_drafter's file for ``target`` at ``path``, made once into ``cache`` and copied from there:
+    gguf's reader takes 4 s to read a real vocabulary, a copy milliseconds. A changed target file gets a new one."""
+    stat = target.stat()
+    key = hashlib.sha256(f"{target.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{_FORMAT}".encode()).hexdigest()[:16]
+    made = cache / f"{target.stem}-random-drafter-{key}.gguf"
+    if not made.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        # Written aside and renamed: a process reading the cache never sees half a file.
+        partial = made.with_name(f"{made.name}.{os.getpid()}.partial")
+        write_random_drafter(target, partial)
+        partial.replace(made)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(made, path)
+    return path
 
 
 def write_random_drafter(target: Path, path: Path, *, seed: int = 3, n_embd: int = 32, n_layer: int = 1,

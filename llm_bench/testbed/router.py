@@ -113,7 +113,7 @@ def start_router(
     router = RouterProcess(f"http://127.0.0.1:{port}", port, process, log_path)
     # 401: up, and guarded by --api-key
     if wait_answering(process, f"{router.url}/models", log_path, "llama-server", "while starting", RouterStartError,
-                      timeout, interval=0.2, tail=2000):
+                      timeout, interval=0.02, tail=2000):
         return router
     router.stop()
     raise RouterStartError(f"llama-server did not answer on {router.url} within {timeout:.0f} s; see {log_path}")
