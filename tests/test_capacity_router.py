@@ -243,6 +243,11 @@ def wait_for_levels(out: Path, count: int, process: subprocess.Popen, timeout: f
     assert poll_until(saved, timeout=timeout, interval=0.2), f"no {count} level(s) saved within {timeout} s"
 
 
+def slots_idle(url: str, alias: str) -> bool:
+    slots = httpx.get(f"{url}/slots", params={"model": alias, "autoload": "false"}, timeout=10).json()
+    return not any(slot["is_processing"] for slot in slots)
+
+
 def start_capacity(args: list[str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "llm_bench", *args], cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ})
@@ -258,6 +263,9 @@ def test_ctrl_c_keeps_every_level_measured(slots_bed):
     _, err = process.communicate(timeout=60)
     assert process.returncode == INTERRUPTED, err
     assert "interrupted" in err and "Traceback" not in err
+    # The requests Ctrl-C abandoned end on the server before the next test measures there; an instance still
+    # answering one when the router stops held the stop for 10 s, until the router killed it.
+    assert poll_until(lambda: slots_idle(router.url, "p4") or None, timeout=30, interval=0.05)
     data = load(out)
     assert data["meta"]["complete"] is False
     levels = data["aliases"][0]["searches"][0]["levels"]
