@@ -1,13 +1,17 @@
-"""The shared helpers in llm_bench/support: waiting with a deadline, fanning out, numbers, chart files."""
+"""The shared helpers in llm_bench/support: waiting with a deadline, fanning out, numbers, chart files, Ctrl-C."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from llm_bench.soak import traffic
+from llm_bench.support.ctrl_c import sticky_ctrl_c
 from llm_bench.support.fanout import fan_out
 from llm_bench.support.numbers import fmt
 from llm_bench.support.plotting import ChartError, figure
@@ -98,3 +102,30 @@ def test_figure_writes_nothing_when_drawing_fails(tmp_path: Path) -> None:
         with figure(tmp_path / "chart.png"):
             raise KeyError("no data")
     assert not (tmp_path / "chart.png").exists()
+
+
+class _CtrlCInFinalizer:
+    """A Ctrl-C that arrives while the garbage collector runs a finalizer, as it did in a soak."""
+
+    def __del__(self) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the handler runs here, inside __del__, and Python drops what it raises
+
+
+def test_a_ctrl_c_that_python_drops_in_a_finalizer_is_kept(recwarn):
+    _CtrlCInFinalizer()  # without the helper: dropped, nothing raised, nothing kept
+    with sticky_ctrl_c() as came:
+        assert not came.is_set()
+        _CtrlCInFinalizer()
+        assert came.is_set()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_the_soak_stops_on_a_dropped_ctrl_c_before_its_next_request():
+    came = threading.Event()
+    came.set()
+    settings = traffic.SoakSettings(30, 10, max_tokens=8, mix={"prose": 1})
+    result = traffic.SoakResult()
+    with pytest.raises(KeyboardInterrupt):  # the engine is never asked: nothing is sent after a Ctrl-C
+        traffic.soak(object(), "model", settings, result=result, interrupted=came)  # type: ignore[arg-type]
+    assert result.requests == []
