@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
@@ -108,8 +107,9 @@ class _CtrlCInFinalizer:
     """A Ctrl-C that arrives while the garbage collector runs a finalizer, as it did in a soak."""
 
     def __del__(self) -> None:
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.05)  # the handler runs here, inside __del__, and Python drops what it raises
+        # raise_signal runs the handler before it returns, on this thread: its KeyboardInterrupt is raised here,
+        # inside __del__, where Python drops it (os.kill could land on another thread and raise it later)
+        signal.raise_signal(signal.SIGINT)
 
 
 def test_a_ctrl_c_that_python_drops_in_a_finalizer_is_kept(recwarn):
