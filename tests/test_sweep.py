@@ -7,6 +7,7 @@ specialisation does: another presets INI, a restart of llama-server, a new marke
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tomllib
@@ -169,12 +170,10 @@ def test_failure_in_the_middle_switches_back_keeps_results_and_resumes(bed):
     remeasured = {(r["target"], r["alias"]) for f in new for r in tomllib.loads(f.read_text())["aliases"]}
     assert remeasured == {("llm-llamampere", "ampere-none")}, "nothing measured before is measured again"
     assert bed.active() == "llm-fa86"
-    configurations = {(r["target"], r["alias"]) for r in merged_latest(out)["aliases"]}
+    # the second sweep's own merged file: within the same second as the first's it is ...-merged-2.toml
+    latest = Path(re.search(r"Merged results: (\S+)", second.output).group(1))
+    configurations = {(r["target"], r["alias"]) for r in tomllib.loads(latest.read_text())["aliases"]}
     assert ("llm-llamampere", "ampere-none") in configurations and len(configurations) == 5
-
-
-def merged_latest(out: Path) -> dict:
-    return tomllib.loads(sorted(out.glob("llm-bench-sweep-*-merged.toml"))[-1].read_text())
 
 
 def test_refuses_to_measure_the_wrong_build(bed):
