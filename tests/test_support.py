@@ -7,10 +7,13 @@ import threading
 import time
 from pathlib import Path
 
+import click
 import pytest
+from click.testing import CliRunner
 
+from llm_bench.cli import main
 from llm_bench.soak import traffic
-from llm_bench.support.ctrl_c import sticky_ctrl_c
+from llm_bench.support.ctrl_c import ctrl_c_not_lost, sticky_ctrl_c
 from llm_bench.support.fanout import fan_out
 from llm_bench.support.numbers import fmt
 from llm_bench.support.plotting import ChartError, figure
@@ -129,3 +132,36 @@ def test_the_soak_stops_on_a_dropped_ctrl_c_before_its_next_request():
     with pytest.raises(KeyboardInterrupt):  # the engine is never asked: nothing is sent after a Ctrl-C
         traffic.soak(object(), "model", settings, result=result, interrupted=came)  # type: ignore[arg-type]
     assert result.requests == []
+
+
+def test_a_ctrl_c_that_python_drops_in_a_finalizer_is_sent_again_and_ends_a_blocking_call():
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        with ctrl_c_not_lost():
+            _CtrlCInFinalizer()
+            time.sleep(10)  # as a read waiting on the server would: the signal sent again ends it
+    assert time.monotonic() - started < 5
+
+
+def test_nothing_is_sent_again_once_the_block_has_ended():
+    with ctrl_c_not_lost():
+        _CtrlCInFinalizer()  # dropped just as the command ends: its sending again is due after the block
+    try:
+        time.sleep(0.5)
+    except KeyboardInterrupt:
+        pytest.fail("a Ctrl-C dropped inside the block was sent after it had ended")
+
+
+def test_every_command_gets_a_dropped_ctrl_c_again():
+    @click.command("drop-a-ctrl-c")
+    def drop() -> None:
+        _CtrlCInFinalizer()
+        time.sleep(10)
+
+    main.add_command(drop)
+    try:
+        started = time.monotonic()
+        result = CliRunner().invoke(main, ["drop-a-ctrl-c"])
+    finally:
+        main.commands.pop("drop-a-ctrl-c")
+    assert time.monotonic() - started < 5 and "Aborted!" in result.output, result.output  # click's Ctrl-C

@@ -22,12 +22,15 @@ from llm_bench.cli.soak import soak
 from llm_bench.cli.sweep import sweep
 from llm_bench.cli.tune import tune
 from llm_bench.power.limits import restore_leftover
+from llm_bench.support.ctrl_c import ctrl_c_not_lost
 
 
 @click.group()
 @click.version_option(__version__, prog_name="llm-bench")
 def main() -> None:
     """Benchmark llama.cpp router presets (and other engines) with one fixed protocol."""
+    # Every command stops on Ctrl-C and keeps what it measured, even one the garbage collector swallowed.
+    click.get_current_context().with_resource(ctrl_c_not_lost())
     # A power sweep that was killed left its limits behind; every start puts them back and says so.
     try:
         restore_leftover(log)
