@@ -12,8 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from llm_bench.cli import main
-from llm_bench.soak import traffic
-from llm_bench.support.ctrl_c import ctrl_c_not_lost, sticky_ctrl_c
+from llm_bench.support.ctrl_c import ctrl_c_not_lost
 from llm_bench.support.fanout import fan_out
 from llm_bench.support.numbers import fmt
 from llm_bench.support.plotting import ChartError, figure
@@ -113,25 +112,6 @@ class _CtrlCInFinalizer:
         # raise_signal runs the handler before it returns, on this thread: its KeyboardInterrupt is raised here,
         # inside __del__, where Python drops it (os.kill could land on another thread and raise it later)
         signal.raise_signal(signal.SIGINT)
-
-
-def test_a_ctrl_c_that_python_drops_in_a_finalizer_is_kept(recwarn):
-    _CtrlCInFinalizer()  # without the helper: dropped, nothing raised, nothing kept
-    with sticky_ctrl_c() as came:
-        assert not came.is_set()
-        _CtrlCInFinalizer()
-        assert came.is_set()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-
-
-def test_the_soak_stops_on_a_dropped_ctrl_c_before_its_next_request():
-    came = threading.Event()
-    came.set()
-    settings = traffic.SoakSettings(30, 10, max_tokens=8, mix={"prose": 1})
-    result = traffic.SoakResult()
-    with pytest.raises(KeyboardInterrupt):  # the engine is never asked: nothing is sent after a Ctrl-C
-        traffic.soak(object(), "model", settings, result=result, interrupted=came)  # type: ignore[arg-type]
-    assert result.requests == []
 
 
 def test_a_ctrl_c_that_python_drops_in_a_finalizer_is_sent_again_and_ends_a_blocking_call():

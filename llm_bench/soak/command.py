@@ -19,7 +19,6 @@ from llm_bench.results import reserve_path, results_stem, write_toml
 from llm_bench.soak import traffic
 from llm_bench.soak.traffic import FORMAT as SOAK_FORMAT
 from llm_bench.soak.traffic import SoakResult, SoakSettings
-from llm_bench.support.ctrl_c import sticky_ctrl_c
 
 Log = Callable[[str], None]
 
@@ -72,12 +71,10 @@ def run_soak(server: Engine, model: str, settings: SoakSettings, watching: Watch
         log(f"Results: {path}")
         result = SoakResult()
         try:
-            with sticky_ctrl_c() as interrupted:
-                traffic.soak(server, model, settings, nvml=nvml,
-                             restarts=restart_watches(server, watching.unit, watching.container),
-                             gpu_errors=GpuErrorWatch(nvml, watching.kernel_log), log=log, result=result,
-                             checkpoint=lambda r: write_toml(path, {"meta": meta, "soak": r.to_toml()}),
-                             interrupted=interrupted)
+            traffic.soak(server, model, settings, nvml=nvml,
+                         restarts=restart_watches(server, watching.unit, watching.container),
+                         gpu_errors=GpuErrorWatch(nvml, watching.kernel_log), log=log, result=result,
+                         checkpoint=lambda r: write_toml(path, {"meta": meta, "soak": r.to_toml()}))
             meta["complete"] = True
         except KeyboardInterrupt:
             result.stopped_by = "interrupted"

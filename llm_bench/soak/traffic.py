@@ -17,7 +17,6 @@ as a possible leak, decode slowing or TTFT growing steadily.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -277,11 +276,9 @@ class SoakSettings:
 def soak(engine: Engine, model: str, settings: SoakSettings, *, nvml: Nvml | None = None,
          restarts: Sequence[RestartWatch] = (), gpu_errors: GpuErrorWatch | None = None,
          log: Log = lambda m: None, clock=time.monotonic, result: SoakResult | None = None,
-         checkpoint: Callable[[SoakResult], None] = lambda r: None,
-         interrupted: threading.Event | None = None) -> SoakResult:
+         checkpoint: Callable[[SoakResult], None] = lambda r: None) -> SoakResult:
     """Fills ``result`` (a new one when not given, so a caller can save what a crash left) and calls
-    ``checkpoint`` after every request or burst. A set ``interrupted`` (a Ctrl-C that Python dropped, see
-    support.ctrl_c) raises KeyboardInterrupt before the next request."""
+    ``checkpoint`` after every request or burst."""
     settings.check()
     prompts = {k: shipped_prompt(k) for k in ("prose", "code", "json")}
     result = result if result is not None else SoakResult()
@@ -295,8 +292,6 @@ def soak(engine: Engine, model: str, settings: SoakSettings, *, nvml: Nvml | Non
     start = clock()
     n = 0
     while True:
-        if interrupted is not None and interrupted.is_set():
-            raise KeyboardInterrupt
         if len(result.requests) >= settings.max_requests:
             result.stopped_by = "max-requests"
             break

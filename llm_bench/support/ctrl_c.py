@@ -2,9 +2,8 @@
 
 Python raises a Ctrl-C's KeyboardInterrupt wherever the main thread happens to be; when that is a finalizer
 (the ``__del__`` of a response, socket or generator that the garbage collector runs), Python prints
-"Exception ignored in ..." and drops it, and the command runs on. ``ctrl_c_not_lost`` (around every command)
-sends such a Ctrl-C again a moment later; ``sticky_ctrl_c`` records every Ctrl-C before raising it, so a loop
-that runs for hours (the soak) can check between steps and stop on one dropped anywhere else.
+"Exception ignored in ..." and drops it, and the command runs on (a soak went on sending for its whole
+duration). ``ctrl_c_not_lost``, around every command, sends such a Ctrl-C again a moment later.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from types import FrameType
 
 # Long enough for the finalizer to have returned, short enough that nobody notices.
 AGAIN_AFTER_S = 0.01
@@ -49,22 +47,3 @@ def ctrl_c_not_lost() -> Iterator[None]:
             active = False
         sys.unraisablehook = previous
 
-
-@contextmanager
-def sticky_ctrl_c() -> Iterator[threading.Event]:
-    """Within the block, SIGINT sets the event and raises KeyboardInterrupt as usual. Off the main thread
-    (where no handler can be installed) the event is never set."""
-    came = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield came
-        return
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        came.set()
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield came
-    finally:
-        signal.signal(signal.SIGINT, previous)
