@@ -303,6 +303,13 @@ def reserve_path(output_dir: Path, stem: str) -> Path:
     raise ResultsFileError(f"could not find a free results file name for {stem} in {output_dir}")
 
 
+def reserved_order(path: Path) -> tuple[str, int]:
+    """Sort key: the order ``reserve_path`` made the files in. By name alone ``STEM-2.toml`` (the second file of
+    that second) sorts before ``STEM.toml``; a stem that itself ends in ``-N`` still sorts first, as a prefix."""
+    base, dash, n = path.stem.rpartition("-")
+    return (base, int(n)) if dash and n.isdigit() and 2 <= int(n) < 1000 else (path.stem, 1)
+
+
 def write_toml(path: Path, data: dict[str, Any]) -> None:
     """Replace the file in one step, so a crash leaves the old content or the new, never half."""
     staged = path.with_name(f".{path.name}.partial")

@@ -41,7 +41,7 @@ from llm_bench.plan import (
 from llm_bench.report import find_baseline, load_sets, markdown_table, rows_of, summary
 from llm_bench.report.chart import draw_chart
 from llm_bench.report.html import write_html
-from llm_bench.results import FORMAT, ResultSet, ResultsWriter, load_results, results_stem
+from llm_bench.results import FORMAT, ResultSet, ResultsWriter, load_results, reserved_order, results_stem
 from llm_bench.runner import RunAborted, run_plan
 from llm_bench.support.plotting import ChartError
 from llm_bench.support.poll import poll_until
@@ -213,7 +213,7 @@ def switch_to(plan: SweepPlan, specialisation: str, log: Log, override: str | No
 def measured_sets(output_dir: Path) -> list[ResultSet]:
     """Every run results file of the sweep folder, oldest first (merged sets excluded)."""
     sets = []
-    for path in sorted(output_dir.glob("llm-bench-*.toml")):
+    for path in sorted(output_dir.glob("llm-bench-*.toml"), key=reserved_order):
         result_set = load_results(path, PARTS)
         if not result_set.meta.get("sweep_merged"):
             sets.append(result_set)

@@ -44,6 +44,7 @@ from llm_bench.results import (
     ResultsFileError,
     ResultsWriter,
     load_results,
+    reserved_order,
     results_stem,
     spec_from_runs,
 )
@@ -188,7 +189,7 @@ def fingerprint(plan: TunePlan, candidates: list[Candidate]) -> str:
 def previous_result(output_dir: Path, print_: str) -> ResultSet | None:
     """The newest tune results file in the folder with this fingerprint."""
     found = None
-    for path in sorted(output_dir.glob("llm-bench-*-tune-*.toml")):
+    for path in sorted(output_dir.glob("llm-bench-*-tune-*.toml"), key=reserved_order):
         try:
             result = load_results(path, PARTS)
         except ResultsFileError:
