@@ -290,10 +290,13 @@ class ResultsFileError(ValueError):
     pass
 
 
+FILES_PER_STEM = 999  # STEM.toml, then STEM-2.toml up to STEM-999.toml
+
+
 def reserve_path(output_dir: Path, stem: str) -> Path:
     """A new file ``STEM.toml`` (or ``STEM-2.toml``, ...) created empty, so no earlier file is overwritten."""
     output_dir.mkdir(parents=True, exist_ok=True)
-    for n in range(1, 1000):
+    for n in range(1, FILES_PER_STEM + 1):
         path = output_dir / (f"{stem}.toml" if n == 1 else f"{stem}-{n}.toml")
         try:
             with path.open("x"):
@@ -307,7 +310,7 @@ def reserved_order(path: Path) -> tuple[str, int]:
     """Sort key: the order ``reserve_path`` made the files in. By name alone ``STEM-2.toml`` (the second file of
     that second) sorts before ``STEM.toml``; a stem that itself ends in ``-N`` still sorts first, as a prefix."""
     base, dash, n = path.stem.rpartition("-")
-    return (base, int(n)) if dash and n.isdigit() and 2 <= int(n) < 1000 else (path.stem, 1)
+    return (base, int(n)) if dash and n.isdigit() and 2 <= int(n) <= FILES_PER_STEM else (path.stem, 1)
 
 
 def write_toml(path: Path, data: dict[str, Any]) -> None:

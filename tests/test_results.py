@@ -16,7 +16,6 @@ from llm_bench.results import (
     spec_from_runs,
 )
 from llm_bench.support.stats import percentile
-from llm_bench.tune.search import previous_result
 from llm_bench.workloads import PARTS
 
 
@@ -72,16 +71,6 @@ def test_files_of_one_second_sort_in_the_order_they_were_reserved(tmp_path, stem
     later = ResultsWriter(tmp_path, ResultSet({"format": "llm-bench/1"}), "llm-bench-20260102-030406-tune-qwen").path
     assert made[1].name == f"{stem}-2.toml" and made[10].name == f"{stem}-11.toml"
     assert sorted(reversed([*made, later]), key=reserved_order) == [*made, later]
-
-
-def test_tune_resumes_from_the_newest_of_two_files_made_in_one_second(tmp_path):
-    stem = "llm-bench-20260102-030405-tune-qwen"
-    for label in ("older", "newer"):
-        ResultsWriter(tmp_path, ResultSet({"format": "llm-bench/1", "label": label, "tune": {"fingerprint": "f"}}),
-                      stem)
-    resumed = previous_result(tmp_path, "f")
-    assert resumed is not None and resumed.meta["label"] == "newer"
-    assert resumed.meta["tune"]["resumed_from"] == str(tmp_path / f"{stem}-2.toml")
 
 
 def test_stem_is_safe_for_file_names():

@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 
 from llm_bench.plan import PlanError, Protocol
+from llm_bench.results import ResultSet, ResultsWriter
 from llm_bench.testbed.presets import PresetError, render_presets_ini
 from llm_bench.tune.adopt import nix_snippet, remeasure_command
 from llm_bench.tune.grid import expand, parse_axis
 from llm_bench.tune.plan import TunePlan, tune_plan_from_mapping, with_flags
 from llm_bench.tune.report import pareto_front
+from llm_bench.tune.search import previous_result
 from llm_bench.tune.serve import ServeError, free_main, load_errors, render_ini, restore_main
 
 SPEC = [{"name": "none", "spec-type": "none"},
@@ -255,3 +257,13 @@ def test_the_api_key_flags_reach_the_tune(tmp_path, monkeypatch) -> None:
     seen.clear()
     result = CliRunner().invoke(tune, [*args, "--api-key-env", "TUNE_TEST_KEY"])
     assert result.exit_code == 2 and "key" not in seen  # a key that cannot be read: could not run
+
+
+def test_tune_resumes_from_the_newest_of_two_files_made_in_one_second(tmp_path):
+    stem = "llm-bench-20260102-030405-tune-qwen"
+    for label in ("older", "newer"):
+        ResultsWriter(tmp_path, ResultSet({"format": "llm-bench/1", "label": label, "tune": {"fingerprint": "f"}}),
+                      stem)
+    resumed = previous_result(tmp_path, "f")
+    assert resumed is not None and resumed.meta["label"] == "newer"
+    assert resumed.meta["tune"]["resumed_from"] == str(tmp_path / f"{stem}-2.toml")
