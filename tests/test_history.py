@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tomllib
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from click.testing import CliRunner
 
 from llm_bench.cli import main
 from llm_bench.cli.exits import COULD_NOT_RUN, NEWEST_IS_REGRESSION
-from llm_bench.history.command import prune, run_history
+from llm_bench.history.command import prune, run_history, write_skip
 from llm_bench.history.points import config_args, read_inputs
 from llm_bench.history.steps import FIRST, REGRESSION, RIG_CHANGE, TWINS, history_of, judge
 from llm_bench.report.verdict import FASTER, WITHIN_NOISE
@@ -133,6 +134,24 @@ def test_history_of_orders_by_time_not_by_file_name(tmp_path: Path) -> None:
     early = write_result(tmp_path, 1, FAST)
     points = read_inputs([late, early]).points
     assert [s.kind for s in history_of(points).steps] == [FIRST, REGRESSION]
+
+
+def test_files_of_one_second_are_judged_and_kept_in_the_order_they_were_made(tmp_path: Path) -> None:
+    """reserve_path's second file of a second, STEM-2.toml, is the newer one, though by name it sorts first."""
+    stem = tmp_path / "llm-bench-20261102-030000-watch"
+    write_result(tmp_path, 1, FAST).rename(f"{stem}.toml")
+    write_result(tmp_path, 1, SLOW, package="/nix/store/bbbb-x").rename(f"{stem}-2.toml")
+    skips = tmp_path / "llm-bench-20261102-030000-skip-smol"
+    for reason, name in (("older", f"{skips}.toml"), ("newer", f"{skips}-2.toml")):
+        skip = write_skip(tmp_path, "smol", reason)
+        data = tomllib.loads(skip.read_text())
+        data["meta"]["started_at"] = "2026-11-02T03:00:00+00:00"
+        write_toml(Path(name), data)
+        skip.unlink()
+    outcome = run_history([tmp_path])
+    assert [s.kind for s in outcome.history.steps] == [FIRST, REGRESSION]
+    assert outcome.history.steps[-1].point.path.name == f"{stem.name}-2.toml"
+    assert sorted(p.name for p in prune(outcome, [tmp_path], keep=1)) == [f"{skips.name}.toml", f"{stem.name}.toml"]
 
 
 def test_cli_exit_code_when_the_newest_step_is_a_regression(tmp_path: Path) -> None:

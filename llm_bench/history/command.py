@@ -10,7 +10,7 @@ from pathlib import Path
 
 from llm_bench.fingerprint import Sources
 from llm_bench.gpu.nvml import Nvml
-from llm_bench.history.points import SKIP_FORMAT, Inputs, read_inputs
+from llm_bench.history.points import SKIP_FORMAT, Inputs, made_order, read_inputs
 from llm_bench.history.steps import History, history_of
 from llm_bench.provenance import provenance
 from llm_bench.results import reserve_path, results_stem, write_toml
@@ -43,13 +43,13 @@ def prune(outcome: Outcome, folders: Sequence[Path], keep: int) -> list[Path]:
         series.setdefault(p.series, []).append(p)
         every.add(p.path)
     for members in series.values():
-        kept.update(p.path for p in sorted(members, key=lambda p: p.started_at)[-keep:])
+        kept.update(p.path for p in sorted(members, key=made_order)[-keep:])
     skips: dict[str, list] = {}
     for s in outcome.inputs.skips:
         skips.setdefault(s.alias, []).append(s)
         every.add(s.path)
     for members in skips.values():
-        kept.update(s.path for s in sorted(members, key=lambda s: s.started_at)[-keep:])
+        kept.update(s.path for s in sorted(members, key=made_order)[-keep:])
     roots = [f.resolve() for f in folders]
     removed = []
     for path in sorted(every - kept):

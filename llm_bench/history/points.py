@@ -19,7 +19,15 @@ from typing import Any
 from llm_bench.fingerprint import fingerprint_facts, is_available
 from llm_bench.gpu.roofline import model_bytes
 from llm_bench.preset_args import parse_args
-from llm_bench.results import FORMAT, AliasRecord, ResultsFileError, file_format, read_toml, result_set_of
+from llm_bench.results import (
+    FORMAT,
+    AliasRecord,
+    ResultsFileError,
+    file_format,
+    read_toml,
+    reserved_order,
+    result_set_of,
+)
 from llm_bench.workloads import PARTS
 
 SKIP_FORMAT = "llm-bench-history-skip/1"
@@ -180,6 +188,12 @@ class Inputs:
     points: list[Point] = field(default_factory=list)
     skips: list[Skip] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)  # files read and set aside, each with why
+
+
+def made_order(item: Point | Skip) -> tuple[datetime, str, tuple[str, int]]:
+    """Sort key, oldest first: when it was measured (to the second), then, for files of one second, the order
+    ``reserve_path`` made them in; by name, the newer ``STEM-2.toml`` would come before ``STEM.toml``."""
+    return item.started_at, str(item.path.parent), reserved_order(item.path)
 
 
 def when_of(meta: dict[str, Any], path: Path) -> datetime:

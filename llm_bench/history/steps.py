@@ -19,7 +19,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from llm_bench.history.points import Point, rig_changes
+from llm_bench.history.points import Point, made_order, rig_changes
 from llm_bench.report.verdict import FASTER, SLOWER, TOO_FEW_RUNS, WITHIN_NOISE, Verdict, verdict
 
 REGRESSION = "regression"
@@ -135,7 +135,7 @@ def history_of(points: Sequence[Point], min_effect: float | None = None) -> Hist
     """Every point judged against the one before it in its series; every incomparable boundary refused."""
     out = History()
     by_name: dict[str, list[Point]] = {}
-    for p in sorted(points, key=lambda p: (p.started_at, str(p.path))):
+    for p in sorted(points, key=made_order):
         by_name.setdefault(p.name, []).append(p)
     for name, named in by_name.items():
         for a, b in zip(named, named[1:], strict=False):
