@@ -41,11 +41,11 @@ from llm_bench.workloads.quality.score import (
 PLAIN, Q8, Q4, SELF_DRAFT, SHORT, TINY = ("smol-plain", "smol-kv-q8", "smol-kv-q4", "smol-self-draft", "smol-short",
                                           "tiny")
 MEASURED = (PLAIN, Q8, Q4, SELF_DRAFT)
-# The reference text: six answers of up to 32 tokens (~190 scored positions, each one request). At 64 tokens q8_0
+# The reference text: six answers of up to 24 tokens (~140 scored positions, each one request). At 64 tokens q8_0
 # measured a mean KLD of 0.0032 [0.0029, 0.0037] and q4_0 0.049 [0.042, 0.058], the near-lossless bound 0.01 between
-# them; the figures depend on the model and the build, not on the machine's load. 2 easy exact-answer items of
+# them; the figures depend on the model and the build, not on the machine's load. 1 easy exact-answer item of
 # each of the 4 families: the paired comparison needs items answered by both sides, not many of them.
-TEXT_TOKENS, ITEMS_PER_KIND = 32, 2
+TEXT_TOKENS, ITEMS_PER_KIND = 24, 1
 ITEMS = 4 * ITEMS_PER_KIND
 
 

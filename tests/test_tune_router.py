@@ -117,7 +117,7 @@ max_rounds = 1
 runs = 3
 max_tokens = 16
 prompt_file = "prompt.txt"
-recall_lengths = [256]
+recall_lengths = [128]
 recall_depths = [0.5]
 quality_max_tokens = 24
 

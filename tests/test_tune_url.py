@@ -12,13 +12,23 @@ from llm_bench.tune.search import SCREEN, TUNE
 from llm_bench.workloads import PARTS
 
 REPO = Path(__file__).resolve().parents[1]
+# The quality gate's workload sized down: the comparison is what is checked here, and the defaults' teacher-forced
+# text and 240 exact-answer items were two thirds of the tune's requests.
+SMALL_QUALITY = """
+[protocol.quality]
+text_tokens = 16
+exact_items_per_kind = 1
+exact_difficulties = ["easy"]
+"""
 
 
 def test_existing_presets_are_compared_without_serving_anything(router, tmp_path: Path) -> None:
     out = tmp_path / "out"
+    plan = tmp_path / "plan.toml"
+    plan.write_text(SMALL_QUALITY)
     proc = subprocess.run(
         [sys.executable, "-m", "llm_bench", "tune", "--url", router.url, "--preset", "tiny-plain,tiny-ngram",
-         "--runs", "3", "--max-tokens", "16", "--screen-tokens", "8", "--max-rounds", "1",
+         "--runs", "3", "--max-tokens", "16", "--screen-tokens", "8", "--max-rounds", "1", "--plan", str(plan),
          "--output-dir", str(out)],
         text=True, capture_output=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr[-3000:]
