@@ -1,4 +1,4 @@
-"""`run --workload quality` alone, then `report FILE --baseline ALIAS`, as a newcomer does it, on a real router:
+"""`run --workload quality` alone (sized down by a plan), then `report FILE --baseline ALIAS`, on a real router:
 the baseline is the alias's quality record (there is no speed record to be the baseline), and every output of
 the report works with it."""
 
