@@ -237,8 +237,9 @@ def test_a_template_that_rewrites_earlier_turns_is_flagged(bed, tmp_path):
 
 def test_the_openai_engine_replays_the_session_through_the_templates_tool_path(bed, tmp_path):
     # llama-server's own /v1 through the OpenAI engine (its cache counter: usage.prompt_tokens_details), on the
-    # preset whose template renders the tools (SmolLM2's own renders none)
-    session = write_short_session(tmp_path / "session.json")
+    # preset whose template renders the tools (SmolLM2's own renders none); the tool's result cut to 300 characters:
+    # the tool definitions are what this template adds
+    session = write_short_session(tmp_path / "session.json", tool_chars=300)
     _path, (record,) = measure(bed, tmp_path, ("smol-think",), engine="openai", workloads=("session",),
                                temperature=0.0, settings={"session": {"max_tokens": 8, "session_file": str(session)}})
     result = result_of(record)
