@@ -1,5 +1,5 @@
 """What many tests do with llm-bench's command line and what it leaves behind: run a command in-process, find
-the one results file it wrote, find a router's model-instance process."""
+the one results file it wrote, find a router's model-instance process, size the quality workload down."""
 
 from __future__ import annotations
 
@@ -20,6 +20,14 @@ def only_file(folder: Path, pattern: str = "*.toml") -> Path:
     found = sorted(folder.glob(pattern))
     assert len(found) == 1, f"{folder}: expected one {pattern}, found {[p.name for p in found]}"
     return found[0]
+
+
+def small_quality_plan(path: Path) -> Path:
+    """A plan (``--plan``) of the quality workload sized down, for tests whose checks are not its figures: the
+    defaults' teacher-forced text (512 tokens an answer) and 240 exact-answer items were about 775 requests an
+    alias on the tiny models. The progress steps (agreement, questions, recall) stay the defaults'."""
+    path.write_text('[protocol.quality]\ntext_tokens = 16\nexact_items_per_kind = 1\nexact_difficulties = ["easy"]\n')
+    return path
 
 
 def instance_pid(router, alias: str) -> int:

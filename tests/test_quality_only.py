@@ -11,32 +11,16 @@ import pytest
 from click.testing import CliRunner
 
 from llm_bench.cli import main
-from tests.commands import only_file
-
-# What is checked here is the report of a quality-only file and the progress lines, not the quality figures: the
-# teacher-forced text and the exact-answer items sized down (the defaults' 3,000-odd positions and 240 items are
-# about 775 requests per alias, 8 s here). The progress steps (agreement, questions, recall) are the defaults'.
-SMALL_QUALITY = """
-[protocol.quality]
-text_tokens = 16
-exact_items_per_kind = 1
-exact_difficulties = ["easy"]
-"""
-
-
-def small_plan(folder: Path) -> Path:
-    plan = folder / "plan.toml"
-    plan.write_text(SMALL_QUALITY)
-    return plan
+from tests.commands import only_file, small_quality_plan
 
 
 @pytest.fixture(scope="module")
 def quality_file(router, tmp_path_factory):
     folder = tmp_path_factory.mktemp("quality-only")
     out = folder / "out"
+    plan = small_quality_plan(folder / "plan.toml")
     result = CliRunner().invoke(main, ["run", "--url", router.url, "--alias", "tiny-plain,tiny-ngram", "--workload",
-                                       "quality", "--plan", str(small_plan(folder)), "--output-dir", str(out)],
-                                catch_exceptions=False)
+                                       "quality", "--plan", str(plan), "--output-dir", str(out)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     path = only_file(out, "*.toml")
     return path, result
@@ -110,7 +94,7 @@ def test_the_quality_workload_draws_a_live_bar_on_a_terminal(router, tmp_path):
     main_fd, terminal_fd = pty.openpty()
     process = subprocess.Popen(
         [sys.executable, "-m", "llm_bench", "run", "--url", router.url, "--alias", "tiny-plain", "--workload",
-         "quality", "--plan", str(small_plan(tmp_path)), "--output-dir", str(tmp_path)],
+         "quality", "--plan", str(small_quality_plan(tmp_path / "plan.toml")), "--output-dir", str(tmp_path)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=terminal_fd, cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     os.close(terminal_fd)

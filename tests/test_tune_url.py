@@ -10,22 +10,14 @@ from pathlib import Path
 from llm_bench.results import load_results
 from llm_bench.tune.search import SCREEN, TUNE
 from llm_bench.workloads import PARTS
+from tests.commands import small_quality_plan
 
 REPO = Path(__file__).resolve().parents[1]
-# The quality gate's workload sized down: the comparison is what is checked here, and the defaults' teacher-forced
-# text and 240 exact-answer items were two thirds of the tune's requests.
-SMALL_QUALITY = """
-[protocol.quality]
-text_tokens = 16
-exact_items_per_kind = 1
-exact_difficulties = ["easy"]
-"""
-
 
 def test_existing_presets_are_compared_without_serving_anything(router, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    plan = tmp_path / "plan.toml"
-    plan.write_text(SMALL_QUALITY)
+    # the quality gate's workload sized down: the comparison is what is checked here
+    plan = small_quality_plan(tmp_path / "plan.toml")
     proc = subprocess.run(
         [sys.executable, "-m", "llm_bench", "tune", "--url", router.url, "--preset", "tiny-plain,tiny-ngram",
          "--runs", "3", "--max-tokens", "16", "--screen-tokens", "8", "--max-rounds", "1", "--plan", str(plan),
