@@ -14,6 +14,7 @@ from tests.commands import small_quality_plan
 
 REPO = Path(__file__).resolve().parents[1]
 
+
 def test_existing_presets_are_compared_without_serving_anything(router, tmp_path: Path) -> None:
     out = tmp_path / "out"
     # the quality gate's workload sized down: the comparison is what is checked here
