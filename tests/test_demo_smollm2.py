@@ -93,8 +93,9 @@ def test_the_random_drafter_is_made_once_per_target_and_copied(tmp_path: Path):
 
 def test_the_served_smollm2_is_the_wheels_q4_1_weights_re_encoded_as_q8_0(tmp_path: Path):
     """Every Q4_1 tensor becomes Q8_0 holding the same weights to within 0.5 % of each block's largest weight (half
-    a Q8_0 step, max / 254, plus the rounding of the block's scale to 16 bits), every other tensor and key stays, and the file type says Q8_0. On a small file
-    written here: llama.cpp serving the re-encoded SmolLM2 is what every router test does."""
+    a Q8_0 step, max / 254, plus the rounding of the block's scale to 16 bits), every other tensor and key stays,
+    and the file type says Q8_0. On a small file written here: llama.cpp serving the re-encoded SmolLM2 is what
+    every router test does."""
     import gguf
     import numpy as np
     from gguf.quants import dequantize, quantize

