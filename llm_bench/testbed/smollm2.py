@@ -77,20 +77,15 @@ def reencode_q8_0(source: Path, target: Path) -> Path:
         writer.add_key_value(field.name, field.contents(), kind,
                              sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-    tensors = []
     for tensor in reader.tensors:
         if tensor.tensor_type == gguf.GGMLQuantizationType.Q4_1:
             data = quantize(dequantize(tensor.data, tensor.tensor_type), gguf.GGMLQuantizationType.Q8_0)
-            tensors.append((tensor.name, data, gguf.GGMLQuantizationType.Q8_0))
+            writer.add_tensor(tensor.name, data, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
         else:
-            tensors.append((tensor.name, tensor.data, tensor.tensor_type))
-    for name, data, encoding in tensors:
-        writer.add_tensor_info(name, data.shape, data.dtype, data.nbytes, encoding)
+            writer.add_tensor(tensor.name, tensor.data, raw_dtype=tensor.tensor_type)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for _, data, _ in tensors:
-        writer.write_tensor_data(data)
+    writer.write_tensors_to_file()
     writer.close()
     return target
 
