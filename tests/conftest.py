@@ -15,6 +15,7 @@ from llm_bench.testbed.llama_server import ensure_llama_server
 from llm_bench.testbed.router import RouterProcess, start_router
 from llm_bench.testbed.smollm2 import ensure_smollm2
 from llm_bench.testbed.tiny_gguf import TinyModelSpec, write_tiny_model
+from llm_bench.testbed.vllm_server import ensure_vllm
 
 # A shell without job control starts background commands with SIGINT ignored, and an ignored signal
 # stays ignored across exec: the Ctrl-C tests' processes would never see their SIGINT. Processes the
@@ -30,7 +31,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
-        "server: starts a real llama-server or LiteLLM proxy; ./dev test runs these one at a time, after the "
+        "server: starts a real llama-server, vLLM or LiteLLM proxy; ./dev test runs these one at a time, after the "
         "rest on two workers (two llama-servers measuring at once slow each other down a hundredfold)",
     )
     config.addinivalue_line(
@@ -41,7 +42,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # The fixtures that start or need a real llama-server or LiteLLM proxy (SmolLM2 alone is a file: a test that reads
 # it without serving it runs on the two workers).
-SERVER_FIXTURES = {"llama_server_bin", "litellm_bin"}
+SERVER_FIXTURES = {"llama_server_bin", "litellm_bin", "vllm_python"}
 # Modules that start one without those fixtures (the demo finds the cached build itself).
 SERVER_MODULES = {"test_html_report.py"}
 
@@ -127,6 +128,12 @@ def router_factory(llama_server_bin: Path, tmp_path: Path) -> Iterator[StartRout
     yield start
     for router in started:
         router.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> Path:
+    """A Python with the real vLLM 0.32 (CPU build), pinned, in its own environment in the machine's cache."""
+    return ensure_vllm()
 
 
 @pytest.fixture(scope="session")
