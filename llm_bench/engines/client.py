@@ -35,6 +35,10 @@ class ModelInfo:
     args: tuple[str, ...] = ()
     failed: bool = False
     exit_code: int | None = None
+    # Where the router found it (llama.cpp's server-models.cpp): "preset" (the presets INI), "cache" (a
+    # Hugging Face download in LLAMA_CACHE, listed under no preset's settings), "models_dir"; None from a
+    # router that does not say.
+    source: str | None = None
 
     @classmethod
     def from_json(cls, item: dict[str, Any]) -> ModelInfo:
@@ -47,6 +51,7 @@ class ModelInfo:
             args=tuple(str(a) for a in status.get("args", ())),
             failed=bool(status.get("failed", False)),
             exit_code=status.get("exit_code"),
+            source=item.get("source") if isinstance(item.get("source"), str) else None,
         )
 
 
@@ -312,6 +317,12 @@ class RouterClient(OpenAIClient):
         if info is None:
             raise ServerError(f"{alias!r} is still {last[0].status!r} after {timeout:.0f} s (wanted {wanted!r})")
         return info
+
+    def metrics(self, alias: str) -> str | None:
+        """The instance's Prometheus page (``/metrics?model=ALIAS``, proxied by the router to it), without
+        loading it; None when it has none: started without ``metrics = true`` (HTTP 501), not running."""
+        response = self._request("GET", "/metrics", params={"model": alias, "autoload": "false"})
+        return response.text if response.status_code == 200 else None
 
     def props(self, alias: str | None = None) -> dict[str, Any]:
         # autoload=false: asking for properties must not load a model behind the benchmark's back.

@@ -1,15 +1,22 @@
 """A llama.cpp router: presets are unloaded between aliases, so a cold load is measured; decode
-speed and drafting come from the server's own per-request ``timings``."""
+speed and drafting come from the server's own per-request ``timings``, draft rounds and per-position
+acceptance from the instance's ``/metrics`` where the preset turns it on."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from llm_bench.engines.base import Capabilities, Connection, EngineKind
+from llm_bench.engines.base import LOADED_STATES, SLEEPING, Capabilities, Connection, EngineKind
 from llm_bench.engines.client import DEFAULT_STREAMS, RouterClient, StatusWatcher
 from llm_bench.engines.completion import Completion, CompletionRequest, parse_completion
 from llm_bench.engines.logprobs import LlamaServerLogprobs
-from llm_bench.engines.metrics import PrefixCacheCounters, SpecCounters
+from llm_bench.engines.metrics import (
+    LLAMA_CPP_PREFIX,
+    PrefixCacheCounters,
+    SpecCounters,
+    parse_prometheus,
+    spec_counters,
+)
 from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 
 
@@ -32,13 +39,28 @@ class LlamaCppEngine:
         return [m.id for m in self.client.models()]
 
     def loaded_models(self) -> list[str]:
-        return [m.id for m in self.client.models() if m.status != "unloaded"]
+        # not the sleeping: their model's memory is freed (sleeping_models names them)
+        return [m.id for m in self.client.models() if m.status in LOADED_STATES]
+
+    def sleeping_models(self) -> list[str]:
+        return [m.id for m in self.client.models() if m.status == SLEEPING]
+
+    def speculation(self, alias: str) -> str | None:
+        # tools/server/server-task.cpp: default_generation_settings.params["speculative.types"], comma-joined
+        params = (self.client.props(alias).get("default_generation_settings") or {}).get("params") or {}
+        types = params.get("speculative.types")
+        return types if isinstance(types, str) and types else None
+
+    def sources(self) -> dict[str, str]:
+        # a router older than the model cache listing names no source: every entry is then a preset
+        return {m.id: m.source or "preset" for m in self.client.models()}
 
     def metrics_text(self) -> str | None:
         return None  # the router's per-request timings carry what llm-bench reads
 
     def make_cold(self, alias: str) -> bool:
-        """Unload the alias and wait until the router says so; True: a cold load can be timed."""
+        """Unload the alias and wait until the router says so; True: a cold load can be timed. A sleeping
+        instance is unloaded too: its wake-up is a reload inside a running process, not the cold load."""
         if self.client.model(alias).status != "unloaded":
             self.client.unload(alias)
             # an unload ends within tens of milliseconds, and every alias waits for one before its cold load
@@ -82,7 +104,16 @@ class LlamaCppEngine:
         return dict(self.client.http.headers)
 
     def spec_counters(self, alias: str) -> SpecCounters | None:
-        return None  # per-request timings carry draft_n / draft_n_accepted instead
+        """The instance's speculative counters from its /metrics (a preset with ``metrics = true``): draft
+        rounds and per-position acceptance, beside the draft_n / draft_n_accepted every response's timings
+        carry. None without them (metrics off, an older build): the runs' own timings are used."""
+        text = self.client.metrics(alias)
+        if text is None:
+            return None
+        samples = parse_prometheus(text)
+        counters = spec_counters(samples, prefix=LLAMA_CPP_PREFIX)
+        # a build before the families (b11434) lists no draft rounds: its counters add nothing to the timings
+        return counters if counters is not None and counters.drafts is not None else None
 
     def prefix_counters(self, alias: str) -> PrefixCacheCounters | None:
         return None  # timings.cache_n confirms a hit per request

@@ -33,8 +33,9 @@ from llm_bench.results import (
 from llm_bench.workloads import PARTS
 
 SKIP_FORMAT = "llm-bench-history-skip/1"
-# The instance's own address, given by the router per start: not part of what a preset measures.
-VOLATILE_FLAGS = frozenset({"--port", "--host"})
+# The instance's own address, given by the router per start, and whether its log is coloured (the router passes
+# --log-colors on in a terminal, off under systemd: issue 52): not part of what a preset measures.
+VOLATILE_FLAGS = frozenset({"--port", "--host", "--log-colors"})
 MODEL_FLAGS = ("--model", "-m")
 HF_FLAGS = ("--hf-repo", "-hf", "-hfr")
 # Memory in use before the first load above this much is "busy": another process holds the GPU.

@@ -24,7 +24,7 @@ from pathlib import Path
 from llm_bench.testbed.llama_server import cache_dir
 from llm_bench.testbed.router import ServerProcess, free_port, spawn_logged, wait_answering
 
-LITELLM_VERSION = "1.80.0"
+LITELLM_VERSION = "1.100.1"
 REQUIREMENT = f"litellm[proxy]=={LITELLM_VERSION}"
 
 # Offline start: the bundled model cost map instead of a download; no telemetry.
