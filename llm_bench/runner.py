@@ -135,8 +135,11 @@ def _measure(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Lo
         if cold:
             base.cold_load_s = warmup.ttft_s
             base.load_transitions = transitions
+            base.load_stages_s = (engine.load_stages() or None) if isinstance(engine, RouterListing) else None
             log(f"  Cold load (warm-up to first token): {warmup.ttft_s:.2f} s"
-                + (f"  [{' -> '.join(transitions)}]" if transitions else ""))
+                + (f"  [{' -> '.join(transitions)}]" if transitions else "")
+                + (f"; of it {', '.join(f'{k} {v:.2f} s' for k, v in base.load_stages_s.items())}"
+                   if base.load_stages_s else ""))
         else:
             log(f"  Warm-up: first token after {warmup.ttft_s:.2f} s (the server keeps its model loaded)")
         base.preset_args, base.server_build = engine.describe(alias)

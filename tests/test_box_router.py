@@ -224,3 +224,15 @@ def test_a_colon_in_a_preset_name_is_refused(router_factory, box: Box) -> None:
     assert names == ["tiny:FAST"]
     with pytest.raises(PresetError, match=r"'tiny:fast' holds ':'.*as 'tiny:FAST'.*use '-' instead \('tiny-fast'\)"):
         render_presets_ini({"tiny:fast": {"model": str(box.target)}})
+
+
+def test_a_cold_load_is_split_by_stage(run: tuple[dict, str]) -> None:
+    """/models/sse names each load stage (text model, then the drafter): the cold load is split by them."""
+    data, output = run
+    stages = {a["alias"]: a.get("load_stages_s") for a in data["aliases"]}
+    assert set(stages["tiny-plain"]) == {"text_model"}
+    assert set(stages["tiny-draft"]) == {"text_model", "spec_model"}
+    for alias in ("tiny-plain", "tiny-draft"):
+        cold = next(a["cold_load_s"] for a in data["aliases"] if a["alias"] == alias)
+        assert 0 <= sum(stages[alias].values()) < cold
+    assert "; of it text_model " in output

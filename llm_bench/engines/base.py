@@ -139,6 +139,11 @@ class RouterListing(Protocol):
         """The instances asleep: a process without its model's memory, woken by the next request."""
         ...
 
+    def load_stages(self) -> dict[str, float]:
+        """The last warm-up's load, stage by stage (seconds of "text_model", "spec_model", ...), where the
+        router reports stages."""
+        ...
+
     def speculation(self, alias: str) -> str | None:
         """The speculation a running instance has in effect ("none", "draft-simple", ...), from its /props;
         None where it does not say (not running, an older build)."""

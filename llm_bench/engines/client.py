@@ -340,6 +340,10 @@ class StatusWatcher:
     def __init__(self, base_url: str, alias: str, headers: httpx.Headers | None = None):
         self.alias = alias
         self.transitions: list[str] = []
+        # a loading instance's progress names its stage (tools/server/server-context.cpp, load_model:
+        # "text_model", then "spec_model" for a drafter, "mmproj_model"), each from 0 to 1: when each was
+        # first and last seen
+        self._stage_seen: dict[str, list[float]] = {}
         self._client = httpx.Client(base_url=base_url, headers=headers, timeout=httpx.Timeout(None, connect=5.0))
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -355,6 +359,11 @@ class StatusWatcher:
                     if event.get("model") != self.alias or event.get("event") not in ("model_status", "status_change"):
                         continue
                     status = (event.get("data") or {}).get("status")
+                    progress = (event.get("data") or {}).get("progress")
+                    stage = progress.get("current") if isinstance(progress, dict) else None
+                    if isinstance(stage, str):
+                        now = time.monotonic()
+                        self._stage_seen.setdefault(stage, [now, now])[1] = now
                     if status and (not self.transitions or self.transitions[-1] != status):
                         self.transitions.append(status)
                     if status == "loaded" or (status == "unloaded" and len(self.transitions) > 1):
@@ -364,6 +373,12 @@ class StatusWatcher:
         finally:
             self._ready.set()
             self._client.close()
+
+    @property
+    def stages(self) -> dict[str, float]:
+        """Seconds each load stage took, from its first progress event to its last (its 100 %); empty from a
+        router that reports no stages."""
+        return {stage: round(last - first, 4) for stage, (first, last) in self._stage_seen.items()}
 
     def __enter__(self) -> StatusWatcher:
         self._thread.start()

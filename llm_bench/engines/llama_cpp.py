@@ -31,6 +31,7 @@ class LlamaCppEngine:
         self.client = RouterClient(url, api_key=api_key, timeout=timeout, streams=streams)
         self.base_url = self.client.base_url
         self.load_timeout = load_timeout
+        self._load_stages: dict[str, float] = {}  # the last warm-up's load, stage by stage (/models/sse)
 
     def close(self) -> None:
         self.client.close()
@@ -70,7 +71,11 @@ class LlamaCppEngine:
     def warm_up(self, request: ChatRequest) -> tuple[StreamMeasurement, list[str]]:
         with StatusWatcher(self.base_url, request.model, self.client.http.headers) as watcher:
             measurement = self.stream(request)
+        self._load_stages = watcher.stages
         return measurement, watcher.transitions
+
+    def load_stages(self) -> dict[str, float]:
+        return dict(self._load_stages)
 
     def stream(self, request: ChatRequest) -> StreamMeasurement:
         # cache_prompt false: the slot's cached tokens are not reused, the whole prompt is processed
