@@ -122,6 +122,10 @@ def _measure(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Lo
         reading = nvml.vram_used()
         log(f"  VRAM in use before load: {describe_vram(reading)}")
         check_vram(base, reading, protocol)
+        if not base.comparable and isinstance(engine, RouterListing) and (asleep := engine.sleeping_models()):
+            # not another process: the router's own sleeping instances, each keeping its GPU context
+            base.not_comparable_reason = (f"{base.not_comparable_reason} (the router has {', '.join(asleep)} "
+                                          "asleep: a process each, keeping its GPU context; unload it first)")
         if not base.comparable:
             log(f"  NOT COMPARABLE: {base.not_comparable_reason}")
             if protocol.strict:

@@ -18,6 +18,7 @@ import os
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
@@ -28,13 +29,16 @@ from llm_bench.diagnostics.log_checks import instance_lines
 from llm_bench.engines import LlamaCppEngine, select_models
 from llm_bench.engines.metrics import LLAMA_CPP_PREFIX, parse_prometheus, spec_counters
 from llm_bench.engines.switch import RouterSide, free_gpu, reload_models
-from llm_bench.gpu.nvml import VramReading
+from llm_bench.gpu.nvml import Nvml, VramReading
 from llm_bench.history.points import config_args
+from llm_bench.plan import Plan, Protocol
+from llm_bench.runner import run_plan
 from llm_bench.support.poll import poll_until
 from llm_bench.testbed.presets import PresetError, render_presets_ini
 from llm_bench.testbed.router import RouterProcess, start_router
 from llm_bench.testbed.tiny_gguf import TinyModelSpec, write_tiny_model
 from tests.commands import invoke, only_file
+from tests.fake_nvml import FakeGpu, FakeNvml
 
 REPO = "llm-bench/tiny-GGUF"
 CACHED = f"{REPO}:F32"  # the tiny model is all F32 (tiny_gguf: LlamaFileType.ALL_F32)
@@ -195,6 +199,22 @@ def test_sleeping_is_neither_loaded_nor_unloaded(box: Box) -> None:
     engine.chat({"model": "tiny-plain", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
     wait_asleep(engine, "tiny-plain")
     assert engine.make_cold("tiny-plain") and engine.client.model("tiny-plain").status == "unloaded"
+
+
+def test_memory_busy_before_a_load_names_the_sleeping_instances(box: Box, tmp_path: Path) -> None:
+    """Before a cold load, VRAM over the threshold with another preset asleep: the reason names it (the NVML
+    double reports the memory: no GPU here)."""
+    box.engine.chat({"model": "tiny-draft", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
+    wait_asleep(box.engine, "tiny-draft")
+    plan = Plan(url=box.router.url, aliases=("tiny-plain",), output_dir=tmp_path,
+                protocol=Protocol(runs=1, max_tokens=4))
+    nvml = Nvml(FakeNvml(gpus=[FakeGpu(used_mib=4096)]))
+    writer = run_plan(plan, lambda m: None, nvml=nvml)
+    writer.finish(datetime.now(timezone.utc))
+    [record] = tomllib.loads(writer.path.read_text())["aliases"]
+    assert record["comparable"] is False
+    assert "(the router has tiny-draft asleep: a process each, keeping its GPU context" in \
+        record["not_comparable_reason"]
 
 
 def test_log_colors_is_not_the_configuration(box: Box, run: tuple[dict, str]) -> None:
