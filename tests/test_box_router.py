@@ -27,7 +27,7 @@ import pytest
 from llm_bench.diagnostics.gpu_checks import check_vram
 from llm_bench.diagnostics.log_checks import instance_lines
 from llm_bench.engines import LlamaCppEngine, select_models
-from llm_bench.engines.metrics import LLAMA_CPP_PREFIX, parse_prometheus, spec_counters
+from llm_bench.engines.metrics import LLAMA_CPP_PREFIX, SpecCounters, parse_prometheus, spec_counters
 from llm_bench.engines.switch import RouterSide, free_gpu, reload_models
 from llm_bench.gpu.nvml import Nvml, VramReading
 from llm_bench.history.points import config_args
@@ -256,3 +256,11 @@ def test_a_cold_load_is_split_by_stage(run: tuple[dict, str]) -> None:
         cold = next(a["cold_load_s"] for a in data["aliases"] if a["alias"] == alias)
         assert 0 <= sum(stages[alias].values()) < cold
     assert "; of it text_model " in output
+
+
+def test_a_draft_position_first_counted_during_the_runs_is_kept() -> None:
+    """llama.cpp lists its per-position family only once a round was drafted: a scrape before the first one
+    has none, and the run's difference keeps every position the scrape after has."""
+    before = SpecCounters(0.0, 0.0, 0.0, ())
+    after = SpecCounters(9.0, 4.0, 3.0, (3.0, 1.0, 0.0))
+    assert after.minus(before).accepted_per_position == (3.0, 1.0, 0.0)
