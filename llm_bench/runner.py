@@ -173,17 +173,17 @@ def _measure(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Lo
 
 
 def check_speculation(engine: Engine, alias: str, record: AliasRecord, log: Log) -> None:
-    """What the instance has in effect (llama.cpp's /props), against what its preset asks for: a preset that
+    """What the instance has in effect (llama.cpp's /slots), against what its preset asks for: a preset that
     drafts and an instance that runs none (a drafter it could not use) measures plain decoding."""
     if not isinstance(engine, RouterListing):
         return
     in_effect = engine.speculation(alias)
     if in_effect is None:
         return
-    log(f"  Speculation in effect (/props): {in_effect}")
+    log(f"  Speculation in effect (/slots): {in_effect}")
     if in_effect == "none" and is_speculative(record.preset_args):
         record.warnings.append("the preset asks for speculative decoding, but the instance runs none "
-                               "(/props speculative.types = none): this measures plain decoding")
+                               "(its /slots say so): this measures plain decoding")
 
 
 def _release(engine: Engine, alias: str, records: list[AliasRecord], log: Log) -> bool | None:

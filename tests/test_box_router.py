@@ -162,11 +162,15 @@ def test_the_metrics_page_names_the_families(box: Box) -> None:
     assert counters is not None and counters.drafts and len(counters.accepted_per_position) == DRAFT_MAX
 
 
-def test_the_speculation_in_effect_is_in_props(box: Box) -> None:
-    """/props (default_generation_settings.params) names the speculation each instance runs."""
+def test_the_speculation_in_effect_is_read_from_the_slots(box: Box) -> None:
+    """/slots names the speculation each instance runs ("speculative", params["speculative.types"]); /props does
+    not: its default_generation_settings say "none" for the drafted preset too (b11434's get_res_props copies
+    the sampling settings only)."""
     for alias, types in (("tiny-draft", "draft-simple"), ("tiny-plain", "none")):
         box.engine.chat({"model": alias, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
         assert box.engine.speculation(alias) == types
+        props = box.engine.client.props(alias)["default_generation_settings"]["params"]
+        assert props["speculative.types"] == "none"
 
 
 def wait_asleep(engine: LlamaCppEngine, alias: str) -> None:

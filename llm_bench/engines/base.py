@@ -145,8 +145,8 @@ class RouterListing(Protocol):
         ...
 
     def speculation(self, alias: str) -> str | None:
-        """The speculation a running instance has in effect ("none", "draft-simple", ...), from its /props;
-        None where it does not say (not running, an older build)."""
+        """The speculation a running instance has in effect ("none", "draft-simple", ...), from its /slots;
+        None where it does not say (not running, slots hidden)."""
         ...
 
 

@@ -318,6 +318,16 @@ class RouterClient(OpenAIClient):
             raise ServerError(f"{alias!r} is still {last[0].status!r} after {timeout:.0f} s (wanted {wanted!r})")
         return info
 
+    def slots(self, alias: str) -> list[Any] | None:
+        """The instance's slots (``/slots?model=ALIAS``), without loading it; None where it has none to show
+        (started with ``--no-slots``, not running)."""
+        response = self._request("GET", "/slots", params={"model": alias, "autoload": "false"})
+        try:
+            body = response.json() if response.status_code == 200 else None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None
+        return body if isinstance(body, list) else None
+
     def metrics(self, alias: str) -> str | None:
         """The instance's Prometheus page (``/metrics?model=ALIAS``, proxied by the router to it), without
         loading it; None when it has none: started without ``metrics = true`` (HTTP 501), not running."""

@@ -47,10 +47,17 @@ class LlamaCppEngine:
         return [m.id for m in self.client.models() if m.status == SLEEPING]
 
     def speculation(self, alias: str) -> str | None:
-        # tools/server/server-task.cpp: default_generation_settings.params["speculative.types"], comma-joined
-        params = (self.client.props(alias).get("default_generation_settings") or {}).get("params") or {}
-        types = params.get("speculative.types")
-        return types if isinstance(types, str) and types else None
+        # Per slot (tools/server/server-context.cpp, the slot's to_json): "speculative" is can_speculate(), and
+        # params["speculative.types"] the types comma-joined ("none,draft-simple" on b11434). Not /props: its
+        # default_generation_settings carry the sampling settings only, and say "none" whatever runs.
+        slots = self.client.slots(alias)
+        if not slots or not isinstance(slots[0], dict):
+            return None
+        types = [t for t in str((slots[0].get("params") or {}).get("speculative.types") or "").split(",")
+                 if t and t != "none"]
+        if slots[0].get("speculative") is False or not types:
+            return "none"
+        return ",".join(types)
 
     def sources(self) -> dict[str, str]:
         # a router older than the model cache listing names no source: every entry is then a preset
