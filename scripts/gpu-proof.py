@@ -74,9 +74,13 @@ REFUSAL = ("gpu-proof changes no accelerator setting (power limit, clocks, persi
            "clocks): it has no --set path. Power-limit sweeps are tested against tests/fake_nvml.py; run "
            "`llm-bench power` on your own machine, not on a lent one.")
 
-# The two tiny models: head dimension 64 (CUDA's FlashAttention kernels have no 16-wide heads, so the
-# test bed's default 64/4 would fall back and refuse a quantized V cache).
-TARGET_SPEC = {"seed": 1, "n_embd": 256, "n_head": 4, "n_layer": 4, "n_ff": 512, "name": "gpu-proof-target"}
+# The model: random weights (nothing can be downloaded there, SmolLM2 is too big to carry), heads 64 wide
+# (CUDA's FlashAttention kernels have no 16-wide ones, so the test bed's default 64/4 would fall back and
+# refuse a quantized V cache). 512 x 8 layers, f32: 100 MB, enough work per token for the GPU's time, not
+# the launches, to dominate; the CPU test passes a smaller one.
+HEAD_DIM = 64
+MODEL_EMBD = 512
+MODEL_LAYERS = 8
 ALIASES = ("gpu-plain", "gpu-self-draft", "gpu-kv-q8")
 # The doctor probes the presets without drafting: a draft-free probe is what its acceptance check
 # leaves alone, and the GPU checks are the same for all three.
@@ -385,11 +389,15 @@ def proof_presets(target: Path) -> dict[str, dict[str, str | int | float | bool]
     }
 
 
-def write_presets(folder: Path) -> Path:
+def write_presets(folder: Path, embd: int = MODEL_EMBD, layers: int = MODEL_LAYERS) -> Path:
     from llm_bench.testbed.presets import render_presets_ini  # noqa: PLC0415
     from llm_bench.testbed.tiny_gguf import TinyModelSpec, write_tiny_model  # noqa: PLC0415
 
-    target = write_tiny_model(folder / "gpu-proof-target.gguf", TinyModelSpec(**TARGET_SPEC))  # type: ignore[arg-type]
+    if embd % HEAD_DIM:
+        raise ProofError(f"--model-embd {embd} is not a multiple of {HEAD_DIM} (the heads are {HEAD_DIM} wide)")
+    spec = TinyModelSpec(seed=1, n_embd=embd, n_head=embd // HEAD_DIM, n_layer=layers, n_ff=embd * 11 // 4,
+                         name="gpu-proof-target")
+    target = write_tiny_model(folder / "gpu-proof-target.gguf", spec)
     ini = folder / "presets.ini"
     ini.write_text(render_presets_ini(proof_presets(target)))
     return ini
@@ -691,7 +699,7 @@ def _llm_bench(*args: str) -> list[str]:
 
 def measure(args: argparse.Namespace) -> int:
     from llm_bench.gpu.nvml import NVML_MODULE_ENV, default_nvml_module  # noqa: PLC0415
-    from llm_bench.testbed.router import start_router  # noqa: PLC0415
+    from llm_bench.testbed.router import RouterStartError, start_router  # noqa: PLC0415
 
     work, out = Path(args.work), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -728,23 +736,31 @@ def measure(args: argparse.Namespace) -> int:
     run_dir = work / "measure"
     shutil.rmtree(run_dir, ignore_errors=True)
     (run_dir / "results").mkdir(parents=True)
-    ini = write_presets(run_dir)
+    ini = write_presets(run_dir, args.model_embd, args.model_layers)
     checked = step("preset check", check_presets_command(binary, ini), 120)
     router_log = run_dir / "router.log"
-    env = runtime_env(work)
     started = time.monotonic()
-    router = start_router(binary, ini, log_path=router_log, env=env, timeout=120)
+    failed_steps: list[Check] = []
+    not_run = subprocess.CompletedProcess([], -1, "", "not run")
+    ran = doctor = not_run
+    facts: dict[str, Any] = {}
     try:
-        say(f"router on {router.url} (pid {router.process.pid})")
-        ran = step("run", _llm_bench("run", "--url", router.url, "--output-dir", str(run_dir / "results"),
-                                     "--log-file", str(router_log), "--label", "gpu-proof", "--runs", str(args.runs),
-                                     "--max-tokens", str(args.max_tokens)), 300)
-        doctor = step("doctor", _llm_bench("doctor", "--url", router.url, "--log-file", str(router_log),
-                                           *[x for a in DOCTOR_ALIASES for x in ("--alias", a)]), 180)
-        # the doctor's probe leaves a model loaded: the process listing should show its instance
-        facts = nvml_facts(default_nvml_module(), router_pids(router.process.pid))
-    finally:
-        router.stop()
+        router = start_router(binary, ini, log_path=router_log, env=runtime_env(work), timeout=120)
+    except RouterStartError as e:
+        failed_steps.append(Check("router-start", False, str(e)[-2000:]))
+        facts = nvml_facts(default_nvml_module())
+    else:
+        try:
+            say(f"router on {router.url} (pid {router.process.pid})")
+            ran = step("run", _llm_bench("run", "--url", router.url, "--output-dir", str(run_dir / "results"),
+                                         "--log-file", str(router_log), "--label", "gpu-proof",
+                                         "--runs", str(args.runs), "--max-tokens", str(args.max_tokens)), 300)
+            doctor = step("doctor", _llm_bench("doctor", "--url", router.url, "--log-file", str(router_log),
+                                               *[x for a in DOCTOR_ALIASES for x in ("--alias", a)]), 180)
+            # while the doctor's last probe keeps its model loaded: the listing should show that instance
+            facts = nvml_facts(default_nvml_module(), router_pids(router.process.pid))
+        finally:
+            router.stop()
     say(f"router and measurements took {time.monotonic() - started:.0f} s")
     files = sorted((run_dir / "results").glob("*.toml"))
     results: dict[str, Any] = {}
@@ -756,12 +772,14 @@ def measure(args: argparse.Namespace) -> int:
         step("telemetry", _llm_bench("telemetry", str(files[-1]), "--chart", str(out / "telemetry.png")), 120)
         report = step("report", _llm_bench("report", str(files[-1]), "--baseline", "gpu-plain"), 120)
         (out / "report.md").write_text(report.stdout)
-    shutil.copy2(router_log, out / "router.log")
-    checks = evaluate(results, router_log.read_text(errors="replace"), doctor.stdout + doctor.stderr, facts)
-    checks.insert(0, Check("presets-validate", checked.returncode == 0,
-                           (checked.stdout + checked.stderr).strip() or "check-preset-keys accepted every key"))
-    if not files:
-        checks.insert(1, Check("results-file", False, f"llm-bench run wrote no results file (exit {ran.returncode})"))
+    elif not failed_steps:
+        failed_steps.append(Check("results-file", False, f"llm-bench run wrote no results file (exit {ran.returncode})"))
+    if router_log.is_file():
+        shutil.copy2(router_log, out / "router.log")
+    log_text = router_log.read_text(errors="replace") if router_log.is_file() else ""
+    checks = [Check("presets-validate", checked.returncode == 0,
+                    (checked.stdout + checked.stderr).strip() or "check-preset-keys accepted every key"),
+              *failed_steps, *evaluate(results, log_text, doctor.stdout + doctor.stderr, facts)]
     summary = {
         "issue": 56, "llama_server": str(binary), "server_build": (results.get("meta") or {}).get("server_build"),
         "presets": proof_presets(Path("gpu-proof-target.gguf")), "run_exit": ran.returncode,
@@ -792,7 +810,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--work", default=str(WORK))
     b.add_argument("--out", default=out_default)
     b.add_argument("--jobs", type=int)
-    b.add_argument("--timeout", type=float, default=480.0, help="seconds for the compile (default 480)")
+    b.add_argument("--timeout", type=float, default=540.0,
+                   help="seconds for the compile (default 540; `gpu-proof.sh all` gives it 450, leaving the rest of "
+                        "a 10-minute call to measure)")
     b.add_argument("--library-dir", action="append", default=[],
                    help="another folder to look for cuBLAS and libcuda in (repeatable)")
     b.add_argument("--configure-only", action="store_true", help="run CMake's configure step and stop")
@@ -801,7 +821,11 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--out", default=out_default)
     m.add_argument("--llama-server", help="the binary (default: what build made)")
     m.add_argument("--runs", type=int, default=3)
-    m.add_argument("--max-tokens", type=int, default=256)
+    m.add_argument("--max-tokens", type=int, default=1024,
+                   help="output tokens per request (default 1024: a second or more per preset, for the energy counter)")
+    m.add_argument("--model-embd", type=int, default=MODEL_EMBD, help=f"the model's width (default {MODEL_EMBD})")
+    m.add_argument("--model-layers", type=int, default=MODEL_LAYERS,
+                   help=f"the model's layers (default {MODEL_LAYERS})")
     # test-only: the CPU tests drive the whole step with tests/fake_nvml.py; never on a GPU machine
     m.add_argument("--allow-nvml-stand-in", action="store_true", help=argparse.SUPPRESS)
     return p

@@ -193,7 +193,7 @@ def test_the_build_configures_for_the_one_architecture(configured):
 
 
 def test_the_presets_pass_the_preset_check(llama_server_bin, tmp_path):
-    ini = proof.write_presets(tmp_path)
+    ini = proof.write_presets(tmp_path, embd=128, layers=1)
     done = subprocess.run(proof.check_presets_command(llama_server_bin, ini), capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
@@ -209,7 +209,8 @@ def test_the_measure_step_runs_end_to_end_on_the_cpu(llama_server_bin, tmp_path,
     out = tmp_path / "out"
     done = subprocess.run([sys.executable, str(SCRIPT), "measure", "--allow-nvml-stand-in", "--llama-server",
                            str(llama_server_bin), "--work", str(tmp_path / "work"), "--out", str(out),
-                           "--runs", "1", "--max-tokens", "16"], capture_output=True, text=True, timeout=600)
+                           "--runs", "1", "--max-tokens", "16", "--model-embd", "128", "--model-layers", "2"],
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-4000:]
     assert {p.name for p in out.iterdir()} >= {"proof.log", "results.toml", "report.md", "router.log",
                                                "telemetry.png", "gpu-proof.json"}
