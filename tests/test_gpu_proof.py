@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -202,15 +203,19 @@ def test_the_presets_pass_the_preset_check(llama_server_bin, tmp_path):
 
 
 def test_the_measure_step_runs_end_to_end_on_the_cpu(llama_server_bin, tmp_path, monkeypatch):
-    """The whole measure step on the CPU llama-server, NVML being the test double: every file comes back, the
-    checks a CPU run can pass pass, and the ones only a GPU can pass fail, naming what they saw."""
+    """The whole measure step through the shell script, on the CPU llama-server, NVML being the test double:
+    every file comes back, the checks a CPU run can pass pass, and the ones only a GPU can pass fail, naming
+    what they saw. (The wheels are for the GPU machine's Python 3.12: here the project's environment has
+    them, so their installation is marked done.)"""
     use_in_subprocesses(monkeypatch, write_state(tmp_path / "nvml.json", FakeNvml()))
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    out = tmp_path / "out"
-    done = subprocess.run([sys.executable, str(SCRIPT), "measure", "--allow-nvml-stand-in", "--llama-server",
-                           str(llama_server_bin), "--work", str(tmp_path / "work"), "--out", str(out),
+    work, out = tmp_path / "work", tmp_path / "out"
+    (work / "site").mkdir(parents=True)
+    (work / "site" / ".installed").touch()
+    done = subprocess.run([str(SHELL), "measure", "--allow-nvml-stand-in", "--llama-server", str(llama_server_bin),
                            "--runs", "1", "--max-tokens", "16", "--model-embd", "128", "--model-layers", "2"],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHON": sys.executable, "GPU_PROOF_WORK": str(work), "OUT": str(out)})
     assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-4000:]
     assert {p.name for p in out.iterdir()} >= {"proof.log", "results.toml", "report.md", "router.log",
                                                "telemetry.png", "gpu-proof.json"}
