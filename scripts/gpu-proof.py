@@ -182,23 +182,30 @@ def _first(patterns: Sequence[str], folders: Iterable[Path], recursive: bool) ->
 def find_cuda_libraries(links: Path, toolkit_roots: Sequence[Path] = TOOLKIT_ROOTS,
                         driver_dirs: Sequence[Path] = DRIVER_DIRS, wheel_roots: Sequence[Path] = (),
                         extra_dirs: Sequence[Path] = ()) -> CudaLibraries:
-    """cuBLAS (header and libraries) and libcuda: the toolkit's own where it has them; else the first found in
-    ``extra_dirs`` or a CUDA wheel, linked under their unversioned names in ``links`` (find_library looks
-    for libcublas.so, a wheel ships libcublas.so.13)."""
+    """cuBLAS (headers and libraries) and libcuda: the toolkit's own where it has them; else the first found in
+    ``extra_dirs`` or a CUDA wheel, linked under the names CMake looks for in ``links`` (find_library wants
+    libcublas.so, a wheel ships libcublas.so.13; only the cuBLAS headers are linked, so that the wheel's copies
+    of the toolkit's other headers stay out of the build). No libcuda at all: ggml-cuda is built without its
+    virtual-memory pool (GGML_CUDA_NO_VMM), the one thing it links the driver library for."""
     lib_dirs = [d for root in toolkit_roots for d in (root / "lib64", root / "targets/x86_64-linux/lib")]
     inc_dirs = [d for root in toolkit_roots for d in (root / "include", root / "targets/x86_64-linux/include")]
     notes: list[str] = []
-    link_dirs: list[str] = []
+    flags: list[str] = []
     runtime: list[str] = []
-    include: Path | None = None
+    links.mkdir(parents=True, exist_ok=True)
     if _first(["cublas_v2.h"], inc_dirs, recursive=False) is None:
         header = _first(["cublas_v2.h"], [*extra_dirs, *wheel_roots], recursive=True)
         if header is None:
             notes.append("cublas_v2.h is neither in the CUDA toolkit nor in a wheel: ggml-cuda will not compile")
         else:
-            include = header.parent
-            notes.append(f"cuBLAS headers from {include}")
-    links.mkdir(parents=True, exist_ok=True)
+            include = links / "include"
+            shutil.rmtree(include, ignore_errors=True)
+            include.mkdir()
+            for h in sorted(header.parent.glob("cublas*.h")):
+                (include / h.name).symlink_to(h.resolve())
+            flags += [f"-DCMAKE_CUDA_FLAGS=-I{include}", f"-DCMAKE_CXX_FLAGS=-I{include}"]
+            notes.append(f"cuBLAS headers from {header.parent}")
+    linked = False
     for name, places in (("cublas", None), ("cublasLt", None), ("cuda", driver_dirs)):
         if name != "cuda" and _first([f"lib{name}.so"], lib_dirs, recursive=False):
             continue
@@ -206,25 +213,24 @@ def find_cuda_libraries(links: Path, toolkit_roots: Sequence[Path] = TOOLKIT_ROO
         found = _first([f"lib{name}.so", f"lib{name}.so.*"], search, recursive=places is None)
         if found is None:
             if name == "cuda":
-                notes.append("libcuda.so not found: CMake may not define CUDA::cuda_driver")
+                flags.append("-DGGML_CUDA_NO_VMM=ON")
+                notes.append("libcuda.so is in no driver folder: building without the CUDA VMM pool "
+                             "(GGML_CUDA_NO_VMM=ON), which needs no driver library at link time")
             else:
-                notes.append(f"lib{name}.so is neither in the CUDA toolkit nor in a wheel")
+                notes.append(f"lib{name}.so is neither in the CUDA toolkit nor in a wheel: the link will fail")
             continue
         link = links / f"lib{name}.so"
         link.unlink(missing_ok=True)
         link.symlink_to(found.resolve())
-        if str(links) not in link_dirs:
-            link_dirs.append(str(links))
-        # cuBLAS from a wheel is loaded from there; the driver's libcuda.so.1 the loader finds itself (a stub
-        # folder on LD_LIBRARY_PATH would shadow it)
+        linked = True
+        # cuBLAS from a wheel is loaded from there (and the linker finds libcublasLt.so.13, which libcublas
+        # needs, there too); the driver's libcuda.so.1 the loader finds itself: a stub folder on
+        # LD_LIBRARY_PATH would shadow it
         if name != "cuda" and str(found.parent) not in runtime:
             runtime.append(str(found.parent))
         notes.append(f"lib{name}.so: {found}")
-    flags: list[str] = []
-    if link_dirs:
-        flags.append("-DCMAKE_LIBRARY_PATH=" + ";".join(link_dirs))
-    if include is not None:
-        flags += [f"-DCMAKE_CUDA_FLAGS=-I{include}", f"-DCMAKE_CXX_FLAGS=-I{include}"]
+    if linked:
+        flags.insert(0, f"-DCMAKE_LIBRARY_PATH={links}")
     return CudaLibraries(tuple(flags), tuple(runtime), tuple(notes))
 
 
@@ -306,6 +312,8 @@ def build(args: argparse.Namespace) -> int:
     configure = ["cmake", "-S", str(source), "-B", str(build_dir), *generator, *cuda_cmake_flags(arch),
                  *libraries.cmake_flags]
     started = time.monotonic()
+    (work / "bin").mkdir(parents=True, exist_ok=True)
+    (work / "bin" / "runtime-dirs").write_text("\n".join(libraries.runtime_dirs))
     if run_logged(configure, log_file) != 0:
         log("the CMake configure failed (see above)")
         return 1
@@ -314,7 +322,7 @@ def build(args: argparse.Namespace) -> int:
         return 0
     jobs = args.jobs or os.cpu_count() or 4
     rc = run_logged(["cmake", "--build", str(build_dir), "--target", "llama-server", f"-j{jobs}"], log_file,
-                    timeout=args.timeout)
+                    timeout=args.timeout, env=runtime_env(work))
     took = time.monotonic() - started
     if rc == 124:
         log(f"the build ran past --timeout {args.timeout:.0f} s; while this machine is warm, `scripts/gpu-proof.sh "
@@ -324,9 +332,7 @@ def build(args: argparse.Namespace) -> int:
         log(f"the build failed after {took:.0f} s (see above)")
         return 1
     binary = work / "bin" / "llama-server"
-    binary.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(build_dir / "bin" / "llama-server", binary)
-    (work / "bin" / "runtime-dirs").write_text("\n".join(libraries.runtime_dirs))
     log(f"built {binary} in {took:.0f} s with -j{jobs}")
     listed = subprocess.run([str(binary), "--list-devices"], capture_output=True, text=True, timeout=120,
                             env={**os.environ, **runtime_env(work)})

@@ -111,7 +111,8 @@ def test_cublas_from_a_wheel_and_the_driver_library_are_found(tmp_path):
     (wheel / "include").mkdir()
     for name in ("libcublas.so.13", "libcublasLt.so.13"):
         (wheel / "lib" / name).write_bytes(b"")
-    (wheel / "include" / "cublas_v2.h").write_text("")
+    for name in ("cublas_v2.h", "cublas_api.h", "cuda_runtime_api.h"):
+        (wheel / "include" / name).write_text("")
     driver = tmp_path / "driver"
     driver.mkdir()
     (driver / "libcuda.so.1").write_bytes(b"")
@@ -119,12 +120,28 @@ def test_cublas_from_a_wheel_and_the_driver_library_are_found(tmp_path):
     found = proof.find_cuda_libraries(links, toolkit_roots=[toolkit], driver_dirs=[driver],
                                       wheel_roots=[tmp_path / "site-packages"])
     assert f"-DCMAKE_LIBRARY_PATH={links}" in found.cmake_flags
-    assert f"-DCMAKE_CUDA_FLAGS=-I{wheel / 'include'}" in found.cmake_flags
+    assert f"-DCMAKE_CUDA_FLAGS=-I{links / 'include'}" in found.cmake_flags
+    # only cuBLAS's headers: the wheel's copies of the toolkit's own stay out
+    assert sorted(p.name for p in (links / "include").iterdir()) == ["cublas_api.h", "cublas_v2.h"]
+    assert "-DGGML_CUDA_NO_VMM=ON" not in found.cmake_flags
     assert (links / "libcublas.so").resolve() == (wheel / "lib" / "libcublas.so.13").resolve()
     assert (links / "libcublasLt.so").resolve() == (wheel / "lib" / "libcublasLt.so.13").resolve()
     assert (links / "libcuda.so").resolve() == (driver / "libcuda.so.1").resolve()
     # the wheel's folder is where the binary loads cuBLAS from; the driver's is left to the loader
     assert found.runtime_dirs == (str(wheel / "lib"),)
+
+
+def test_without_a_driver_library_the_build_needs_none(tmp_path):
+    """No libcuda anywhere (the driver's folder not where it is looked for): ggml-cuda without its VMM pool,
+    the one part that links the driver library."""
+    toolkit = tmp_path / "cuda"
+    (toolkit / "include").mkdir(parents=True)
+    (toolkit / "lib64").mkdir()
+    (toolkit / "include" / "cublas_v2.h").write_text("")
+    for name in ("libcublas.so", "libcublasLt.so"):
+        (toolkit / "lib64" / name).write_bytes(b"")
+    found = proof.find_cuda_libraries(tmp_path / "links", toolkit_roots=[toolkit], driver_dirs=[tmp_path / "none"])
+    assert found.cmake_flags == ("-DGGML_CUDA_NO_VMM=ON",)
 
 
 def test_a_toolkit_with_cublas_needs_nothing_more(tmp_path):
@@ -134,8 +151,11 @@ def test_a_toolkit_with_cublas_needs_nothing_more(tmp_path):
     (toolkit / "include" / "cublas_v2.h").write_text("")
     for name in ("libcublas.so", "libcublasLt.so"):
         (toolkit / "lib64" / name).write_bytes(b"")
-    found = proof.find_cuda_libraries(tmp_path / "links", toolkit_roots=[toolkit], driver_dirs=[])
-    assert found.cmake_flags == () and found.runtime_dirs == ()
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    (driver / "libcuda.so").write_bytes(b"")
+    found = proof.find_cuda_libraries(tmp_path / "links", toolkit_roots=[toolkit], driver_dirs=[driver])
+    assert found.cmake_flags == (f"-DCMAKE_LIBRARY_PATH={tmp_path / 'links'}",) and found.runtime_dirs == ()
 
 
 HAVE_CUDA_COMPILER = all(shutil.which(t) for t in ("cmake", "ninja", "nvcc"))
@@ -167,7 +187,7 @@ def test_every_cmake_flag_is_one_the_pinned_source_reads(configured):
     text = "\n".join(p.read_text(errors="replace") for p in [*source.rglob("CMakeLists.txt"), *source.rglob("*.cmake")])
     flags = proof.cuda_cmake_flags("90")
     assert list(CMAKE_FLAGS) == flags[:len(CMAKE_FLAGS)]  # the CPU bed's flags, then CUDA's
-    for flag in flags:
+    for flag in [*flags, "-DGGML_CUDA_NO_VMM=ON"]:  # and the one added without a driver library
         name = re.match(r"-D(\w+)=", flag)[1]
         if name == "CMAKE_BUILD_TYPE":  # CMake's own
             continue
