@@ -309,8 +309,12 @@ def build(args: argparse.Namespace) -> int:
         log(note)
     build_dir = work / "build"
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    nvcc = shutil.which("nvcc") or next((str(p) for p in (r / "bin" / "nvcc" for r in TOOLKIT_ROOTS) if p.is_file()),
+                                        None)
+    for tool in (["cmake", "--version"], [nvcc or "nvcc", "--version"]):
+        run_logged(tool, log_file)
     configure = ["cmake", "-S", str(source), "-B", str(build_dir), *generator, *cuda_cmake_flags(arch),
-                 *libraries.cmake_flags]
+                 *libraries.cmake_flags, *([f"-DCMAKE_CUDA_COMPILER={nvcc}"] if nvcc else [])]
     started = time.monotonic()
     (work / "bin").mkdir(parents=True, exist_ok=True)
     (work / "bin" / "runtime-dirs").write_text("\n".join(libraries.runtime_dirs))
@@ -333,6 +337,9 @@ def build(args: argparse.Namespace) -> int:
         return 1
     binary = work / "bin" / "llama-server"
     shutil.copy2(build_dir / "bin" / "llama-server", binary)
+    (work / "bin" / "build.json").write_text(json.dumps(
+        {"arch": arch, "seconds": round(took), "jobs": jobs, "configure": configure, "notes": libraries.notes},
+        indent=1))
     log(f"built {binary} in {took:.0f} s with -j{jobs}")
     listed = subprocess.run([str(binary), "--list-devices"], capture_output=True, text=True, timeout=120,
                             env={**os.environ, **runtime_env(work)})
@@ -788,6 +795,7 @@ def measure(args: argparse.Namespace) -> int:
               *failed_steps, *evaluate(results, log_text, doctor.stdout + doctor.stderr, facts)]
     summary = {
         "issue": 56, "llama_server": str(binary), "server_build": (results.get("meta") or {}).get("server_build"),
+        "build": json.loads(build_facts.read_text()) if (build_facts := work / "bin" / "build.json").is_file() else None,
         "presets": proof_presets(Path("gpu-proof-target.gguf")), "run_exit": ran.returncode,
         "doctor_exit": doctor.returncode, "nvml": facts, "llm_bench_gpus": (results.get("meta") or {}).get("gpus"),
         "fingerprint": (results.get("meta") or {}).get("fingerprint"),
