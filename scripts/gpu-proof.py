@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -55,6 +56,9 @@ WHEELS = (
     "pydantic==2.14.4", "pydantic-core==2.50.5", "annotated-types==0.8.0", "typing-inspection==0.4.5",
     "typing-extensions==4.16.0", "tomli-w==1.2.0", "gguf==0.19.0",
 )
+# llm-bench's dependencies the GPU image has already, and those of the carried wheels (httpx: anyio, certifi,
+# idna; gguf: pyyaml, requests).
+IN_THE_IMAGE = ("numpy", "matplotlib", "tqdm", "nvidia-ml-py", "pyyaml", "requests", "anyio", "certifi", "idna")
 WHEEL_PYTHON = "3.12"
 WHEEL_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
                    "manylinux2014_x86_64", "manylinux1_x86_64")
@@ -271,23 +275,40 @@ def pinned_source(sdist: Path, work: Path, log: Callable[[str], None]) -> Path:
 
 def run_logged(command: Sequence[str], log_file: Path, timeout: float | None = None,
                env: dict[str, str] | None = None) -> int:
-    """Run ``command`` with its output appended to ``log_file`` and echoed; 124 when it ran past ``timeout``."""
+    """Run ``command`` with its output appended to ``log_file`` and echoed; 124 when it ran past ``timeout``
+    (its whole process group killed then, compilers included)."""
+    import threading  # noqa: PLC0415
+
     with log_file.open("a") as log:
         log.write(f"$ {' '.join(command)}\n")
         log.flush()
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env={**os.environ, **(env or {})}, start_new_session=True)
-        assert proc.stdout is not None
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for line in proc.stdout:
-            log.write(line)
-            sys.stdout.write(line)
-            if deadline is not None and time.monotonic() > deadline:
-                os.killpg(proc.pid, 9)
-                proc.wait()
-                log.write(f"stopped after {timeout:.0f} s\n")
-                return 124
-        return proc.wait()
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+        timer = threading.Timer(timeout, expire) if timeout is not None else None
+        if timer is not None:
+            timer.start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                log.write(line)
+                sys.stdout.write(line)
+            rc = proc.wait()
+        finally:
+            if timer is not None:
+                timer.cancel()
+        if expired.is_set():
+            log.write(f"stopped after {timeout:.0f} s\n")
+            return 124
+        return rc
 
 
 def build(args: argparse.Namespace) -> int:
@@ -329,8 +350,9 @@ def build(args: argparse.Namespace) -> int:
                     timeout=args.timeout, env=runtime_env(work))
     took = time.monotonic() - started
     if rc == 124:
-        log(f"the build ran past --timeout {args.timeout:.0f} s; while this machine is warm, `scripts/gpu-proof.sh "
-            "build` again resumes it (the tree stays under {work})")
+        log(f"the build ran past --timeout {args.timeout:.0f} s: it stopped at the last [done/total] line above; "
+            f"a `scripts/gpu-proof.sh build` call made at once, while this machine is still held, resumes it "
+            f"(the tree stays under {work})")
         return 1
     if rc != 0:
         log(f"the build failed after {took:.0f} s (see above)")

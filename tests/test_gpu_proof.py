@@ -22,6 +22,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,38 @@ def test_settings_are_refused_before_anything_runs(args, tmp_path):
         assert done.returncode == 2, (command, done.stdout, done.stderr)
         assert "refused" in done.stderr and "no --set path" in done.stderr, done.stderr
     assert not any(out.iterdir()) if out.exists() else True
+
+
+def test_every_dependency_travels_or_is_on_the_gpu_machine():
+    """Each of llm-bench's dependencies (pyproject.toml), and each of theirs, is a carried wheel whose pinned
+    version the project accepts, or one the GPU image has: a dependency added to the project and not here
+    would stop the proof on the lent machine, where nothing can be downloaded."""
+    import tomllib
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    carried = {Requirement(w).name.lower(): Requirement(w) for w in proof.WHEELS}
+    pinned = {name: next(iter(r.specifier)).version for name, r in carried.items()}
+    needed = [Requirement(d) for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]]
+    for name in list(carried):
+        needed += [Requirement(d) for d in requires(name) or [] if "extra ==" not in d]
+    for req in needed:
+        name = req.name.lower().replace("_", "-")
+        if req.marker is not None and not req.marker.evaluate({"python_version": proof.WHEEL_PYTHON}):
+            continue
+        if name in pinned:
+            assert req.specifier.contains(pinned[name]), f"{req} but the proof carries {name}=={pinned[name]}"
+        else:
+            assert name in proof.IN_THE_IMAGE, (
+                f"{req.name} is neither carried (scripts/gpu-proof.py WHEELS) nor in the GPU image")
+
+
+def test_a_step_past_its_time_is_stopped_with_what_it_started(tmp_path):
+    started = time.monotonic()
+    rc = proof.run_logged(["bash", "-c", "sleep 30 & sleep 30; wait"], tmp_path / "log", timeout=0.5)
+    assert rc == 124 and time.monotonic() - started < 10
+    assert "stopped after" in (tmp_path / "log").read_text()
 
 
 def test_the_proof_scripts_call_no_setter():
