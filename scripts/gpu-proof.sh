@@ -43,8 +43,12 @@ python_env() {
       exit 2
     fi
     mkdir -p "$site"
-    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
-      "$PACK"/wheels/*.whl
+    if ! "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
+      "$PACK"/wheels/*.whl; then
+      echo "gpu-proof: the wheels in $PACK/wheels are for CPython 3.12 (the GPU image's python3); this one is" \
+           "$("$PYTHON" -V 2>&1): pack them again for it (WHEEL_PYTHON in scripts/gpu-proof.py)" >&2
+      exit 2
+    fi
     touch "$site/.installed"
   fi
   export PYTHONPATH="$PWD:$site${PYTHONPATH:+:$PYTHONPATH}"
