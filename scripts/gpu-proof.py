@@ -563,6 +563,19 @@ def api_differences(real: dict[str, Any], double_facts: dict[str, Any]) -> list[
     return out
 
 
+def llm_bench_listing(lib: Any) -> dict[str, Any] | None:
+    """llm-bench's own listing of the processes on the GPUs (``Nvml.gpu_processes``, the busy-machine issue), where
+    this checkout has it: the processes and why a listing failed."""
+    from llm_bench.gpu.nvml import Nvml  # noqa: PLC0415
+
+    with Nvml(lib) as nvml:
+        listing = getattr(nvml, "gpu_processes", None)
+        if listing is None:
+            return None
+        processes, why = listing()
+    return {"processes": plain(processes), "unavailable": why}
+
+
 def double_facts() -> dict[str, Any]:
     """The same reads of the test double, for ``api_differences``."""
     try:
@@ -718,6 +731,15 @@ def evaluate(results: dict[str, Any], router_log: str, doctor_output: str, facts
         ours = sorted(set(listed) & {int(pid) for pid in facts.get("own_pids") or []})
         listing.append(f"GPU{gpu['index']}: {got.get('value', got.get('error'))} (the router's processes among "
                        f"them: {ours or 'none'})")
+    own = facts.get("llm_bench_listing")
+    if own is not None:  # llm-bench's listing must agree with the raw calls it is made of
+        raw = {int(p["pid"]) for gpu in facts.get("gpus") or [] for call in ("nvmlDeviceGetComputeRunningProcesses"
+               "(handle)", "nvmlDeviceGetGraphicsRunningProcesses(handle)")
+               for p in gpu["reads"].get(call, {}).get("value") or [] if isinstance(p, dict) and "pid" in p}
+        theirs = {int(p["pid"]) for p in own.get("processes") or [] if "pid" in p}
+        listing_ok = listing_ok and own.get("unavailable") is None and theirs == raw
+        listing.append(f"llm-bench's Nvml.gpu_processes: {own.get('processes')} "
+                       f"({own.get('unavailable') or 'complete'}; the raw calls list pids {sorted(raw)})")
     checks.append(Check("nvml-process-listing", listing_ok, "; ".join(listing) or "no GPU"))
     return checks
 
@@ -794,6 +816,7 @@ def measure(args: argparse.Namespace) -> int:
                                                *[x for a in DOCTOR_ALIASES for x in ("--alias", a)]), 180)
             # while the doctor's last probe keeps its model loaded: the listing should show that instance
             facts = nvml_facts(default_nvml_module(), router_pids(router.process.pid))
+            facts["llm_bench_listing"] = llm_bench_listing(default_nvml_module())
         finally:
             router.stop()
     say(f"router and measurements took {time.monotonic() - started:.0f} s")

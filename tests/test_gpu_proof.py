@@ -324,7 +324,11 @@ def gpu_run() -> tuple[dict, str, str, dict]:
 
 
 def test_a_gpu_run_passes_every_check():
-    checks = proof.evaluate(*gpu_run())
+    results, log, doctor, facts = gpu_run()
+    # llm-bench's own listing (Nvml.gpu_processes), where the checkout has it, agreeing with the raw calls
+    facts["llm_bench_listing"] = {"processes": [{"index": 0, "pid": 4242, "kind": "compute", "used_mib": 600.0}],
+                                  "unavailable": None}
+    checks = proof.evaluate(results, log, doctor, facts)
     assert [c.name for c in checks if not c.ok] == [], [c.line() for c in checks]
     by_name = {c.name: c for c in checks}
     assert "3352.32 GB/s" in by_name["roofline-from-nvml"].evidence  # 2619 MHz x 2 x 5120 bit / 8
@@ -362,6 +366,8 @@ def _break(what: str):
         doctor = "llm-bench: NVML could not start: Driver Not Loaded\n" + doctor
     elif what == "process listing failed":
         facts["gpus"][0]["reads"]["nvmlDeviceGetComputeRunningProcesses(handle)"] = {"error": "NVMLError: Not Supported"}
+    elif what == "llm-bench's listing disagrees":
+        facts["llm_bench_listing"] = {"processes": [], "unavailable": None}
     elif what == "alias missing":
         results["aliases"].pop()
     return proof.evaluate(results, log, doctor, facts)
@@ -374,7 +380,8 @@ def _break(what: str):
     ("fingerprint fact missing", "fingerprint-from-nvml"), ("energy integrated", "telemetry-power-energy"),
     ("a sample without power", "telemetry-power-energy"), ("bandwidth not NVML's", "roofline-from-nvml"),
     ("doctor GPU error", "doctor-no-gpu-errors"), ("doctor blind", "doctor-no-gpu-errors"),
-    ("process listing failed", "nvml-process-listing"), ("alias missing", "measured"),
+    ("process listing failed", "nvml-process-listing"), ("llm-bench's listing disagrees", "nvml-process-listing"),
+    ("alias missing", "measured"),
 ])
 def test_each_check_fails_on_what_it_guards(what, check):
     failed = [c.name for c in _break(what) if not c.ok]
