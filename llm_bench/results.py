@@ -127,6 +127,7 @@ class AliasRecord:
     server_build: str | None = None
     cold_load_s: float | None = None
     load_transitions: list[str] = field(default_factory=list)
+    load_stages_s: dict[str, float] | None = None  # the cold load's stages (llama.cpp's /models/sse), seconds each
     spec: SpecCounters | None = None
     runs: list[RunRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)

@@ -160,9 +160,13 @@ let
     "api_key"
   ];
 
-  # LiteLLM 1.80 treats allowed_fails equal to its default (3) as not set, and then never
-  # cools down a group's only deployment on a 5xx or a refused connection.
+  # LiteLLM treats allowed_fails equal to its default (3) as not set, and then never cools down a
+  # group's only deployment on a 5xx or a refused connection (router_utils/cooldown_handlers.py,
+  # _is_allowed_fails_set_on_router): so in 1.80.0 and in nixpkgs' 1.100.1; 1.109.3's source no
+  # longer has it.
   litellmDefaultAllowedFails = 3;
+  litellmVersion = lib.getVersion litellm.package;
+  litellmHasTrap = lib.versionOlder litellmVersion "1.109.3";
 
   systemctl = "${config.systemd.package}/bin/systemctl";
 
@@ -228,8 +232,9 @@ in
       description = ''
         Failures a deployment may have within `cooldownTime` before it is cooled down, so that
         requests go straight to the fallback instead of waiting for retries
-        (`router_settings.allowed_fails`). Not 3: LiteLLM 1.80 takes 3, its own default, as
-        unset and then never cools down a group's only box on a 5xx or a refused connection.
+        (`router_settings.allowed_fails`). Not 3 with LiteLLM before 1.109.3 (nixpkgs ships 1.100.1):
+        it takes 3, its own default, as unset and then never cools down a group's only box on a 5xx
+        or a refused connection.
       '';
     };
 
@@ -319,8 +324,8 @@ in
         message = "llmBench.fleet.models.\"${group}\": a group name may not contain `@` (fallback groups are named <group>@<box>).";
       }) cfg.models;
 
-      warnings = lib.optional (cfg.allowedFails == litellmDefaultAllowedFails) ''
-        llmBench.fleet.allowedFails = 3 is LiteLLM's default, which LiteLLM 1.80 treats as unset:
+      warnings = lib.optional (cfg.allowedFails == litellmDefaultAllowedFails && litellmHasTrap) ''
+        llmBench.fleet.allowedFails = 3 is LiteLLM's default, which LiteLLM ${litellmVersion} treats as unset:
         a group's only box is then never cooled down on a 5xx or refused connection, and every
         request during its outage waits for all retries before the fallback. Use 2 or 4.
       '';

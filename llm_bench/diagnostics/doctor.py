@@ -27,6 +27,7 @@ from llm_bench.diagnostics.findings import ERROR, INFO, WARNING, Finding
 from llm_bench.diagnostics.gpu_errors import KernelLog, PcieWatch
 from llm_bench.diagnostics.server_log import LogSource
 from llm_bench.engines import Engine
+from llm_bench.engines.base import RouterListing
 from llm_bench.engines.errors import ServerError
 from llm_bench.engines.stream import ChatRequest
 from llm_bench.gpu import roofline
@@ -101,7 +102,9 @@ def diagnose(engine: Engine, nvml: Nvml, source: LogSource | None, settings: Doc
     OSError when a config file given cannot be read."""
     files = read_config_files(settings.config_files)
     loaded = engine.loaded_models()
-    findings = gpu_checks.check_vram(nvml.vram_used(), settings.vram_threshold_mib, loaded)
+    # asleep: not probed by default (a probe would wake it: a reload, not what the server is serving now)
+    sleeping = engine.sleeping_models() if isinstance(engine, RouterListing) else []
+    findings = gpu_checks.check_vram(nvml.vram_used(), settings.vram_threshold_mib, loaded, sleeping)
     findings += gpu_checks.check_power_floor(nvml, settings.power_floor_w)
     findings += kernel_findings(nvml, settings)
     xids = nvml.xid_watch()

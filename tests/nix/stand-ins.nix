@@ -177,7 +177,7 @@ let
     };
     litellm = fakeDrv {
       pname = "litellm";
-      version = "1.80.0";
+      version = "1.100.1";
       meta.mainProgram = "litellm";
     };
 
