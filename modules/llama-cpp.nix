@@ -116,14 +116,18 @@ let
       };
     };
 
-  # Every flag of the command line nixpkgs' module builds, for the key check: the keys of
-  # `settings` it renders (null and false are left out, as lib.cli.toCommandLine does), or
+  # Every flag of the command line nixpkgs' module builds, for the key check. With `settings`,
+  # read from the ExecStart that nixpkgs' module rendered (its words after the program), not
+  # from a copy of its rule for turning a key into a flag: that rule changed (a key "-ngl" is
+  # `---ngl` after NixOS/nixpkgs#528626, `-ngl` since #561399) and may change again, and the
+  # check must see what llama-server will be given. The newer module writes the words
+  # unquoted; a value that starts with `-` and is not a number would read as a flag, which no
+  # llama-server option takes. Before #528626, the arguments nixpkgs' module puts on the line:
   # `--host`, `--port`, `-m`, `--models-dir`, then extraFlags.
-  optionOf = name: if builtins.stringLength name > 1 then "--${name}" else "-${name}";
   commandLineFlags =
     if hasSettings then
-      lib.mapAttrsToList (name: _: optionOf name) (
-        lib.filterAttrs (_: v: v != null && v != false && v != [ ]) cfg.settings
+      ini.flagsOf (
+        lib.drop 1 (lib.filter (w: w != "") (lib.splitString " " unit.serviceConfig.ExecStart))
       )
     else
       ini.flagsOf (
@@ -430,7 +434,13 @@ in
             assertion = config.hardware.nvidia.enabled;
             message = cuda.driverMessage "services.llama-cpp.cuda";
           }
+          {
+            assertion = config.hardware.graphics.enable;
+            message = cuda.graphicsMessage "services.llama-cpp.cuda";
+          }
         ];
+        # libcuda.so.1 reaches /run/opengl-driver/lib only with it (see ./lib/cuda-unit.nix).
+        hardware.graphics.enable = lib.mkDefault true;
         boot.kernelModules = cuda.kernelModules;
         systemd.services.llama-cpp.serviceConfig = {
           ExecStartPre = "${pkgs.writeShellScript "llama-cpp-require-cuda" (

@@ -222,6 +222,15 @@ let
 
     callPackage = callPackageWith pkgs;
 
+    # nixpkgs' vllm (pkgs/development/python-modules/vllm): CUDA only with config.cudaSupport,
+    # and its env.VLLM_TARGET_DEVICE, which a derivation without structured attributes carries
+    # as a top-level attribute, says which build it is.
+    vllm = fakeDrv {
+      pname = "vllm";
+      version = "0.32.0";
+      VLLM_TARGET_DEVICE = if pkgs.config.cudaSupport then "cuda" else "cpu";
+    };
+
     llama-cpp = pkgs.callPackage (nixpkgsRoot + "/pkgs/by-name/ll/llama-cpp/package.nix") { };
 
     # nixpkgs' Python set, as far as pkgs/llm-bench.nix reads it: every attribute a package.
