@@ -175,6 +175,9 @@ let
     curl = tool "curl" "8.14.1" // {
       meta.mainProgram = "curl";
     };
+    jq = tool "jq" "1.8.1" // {
+      meta.mainProgram = "jq";
+    };
     litellm = fakeDrv {
       pname = "litellm";
       version = "1.80.0";
