@@ -502,12 +502,13 @@ in
       (lib.mkIf prefetch {
         systemd.services.llama-cpp-prefetch = {
           description = "Download the llama.cpp router's preset models ahead of use";
+          # Wants, not Requires/PartOf: a restart of the router (a switch between engines)
+          # does not rerun the downloads; the script waits for the router's /health itself.
           after = [ "llama-cpp.service" ];
-          requires = [ "llama-cpp.service" ];
-          partOf = [ "llama-cpp.service" ];
+          wants = [ "llama-cpp.service" ];
           wantedBy = [ "multi-user.target" ];
-          # A rebuild that adds a preset reruns it.
-          restartTriggers = [ presetsFile ];
+          # A rebuild (or a switch) whose presets name other repositories reruns it.
+          restartTriggers = [ (builtins.toJSON prefetchRepos) ];
           script = prefetchScript;
           serviceConfig = {
             Type = "oneshot";

@@ -216,7 +216,7 @@ PREFETCH = "systemd.services.llama-cpp-prefetch"
 
 def prefetch_unit(*modules: str) -> dict:
     return nix_eval(f"let u = ({harness()}.eval [ {ALL} {NVIDIA} {' '.join(modules)} ]).config.{PREFETCH}; in"
-                    " { inherit (u) after requires partOf wantedBy script; restart = map toString u.restartTriggers;"
+                    " { inherit (u) after wants wantedBy script; restart = map toString u.restartTriggers;"
                     " inherit (u.serviceConfig) Type RemainAfterExit TimeoutStartSec; }")  # type: ignore[return-value]
 
 
@@ -227,11 +227,17 @@ def has_prefetch(*modules: str) -> bool:
 
 def test_the_presets_models_are_fetched_ahead_by_a_oneshot_unit() -> None:
     unit = prefetch_unit()
-    assert unit["after"] == ["llama-cpp.service"] and unit["requires"] == ["llama-cpp.service"]
+    assert unit["after"] == ["llama-cpp.service"] and unit["wants"] == ["llama-cpp.service"]
     assert unit["wantedBy"] == ["multi-user.target"] and unit["Type"] == "oneshot" and unit["RemainAfterExit"]
     assert unit["TimeoutStartSec"] == "infinity"
-    # A rebuild that changes the presets reruns it: the same INI the router restarts on.
-    assert unit["restart"] == summary(ALL, NVIDIA)["restartTriggers"]
+    # A rebuild that changes the repositories reruns it; a switch between engines that download the
+    # same ones (stock and fa86) does not (the router's restart alone does not either: no PartOf).
+    engines = nix_eval(f"let c = ({harness()}.eval [ {ALL} {NVIDIA} {{ llmBench.engines.fa86.enable = true; }} ]).config;"
+                       f" in [ (map toString c.{PREFETCH}.restartTriggers)"
+                       f" (map toString c.specialisation.llm-fa86.configuration.{PREFETCH}.restartTriggers) ]")
+    assert engines[0] == engines[1] == unit["restart"]  # type: ignore[index]
+    other = prefetch_unit('{ llmBench.models.qwen38 = "unsloth/Qwen3.8-27B-GGUF:Q8_0"; }')
+    assert other["restart"] != unit["restart"] and "unsloth/Qwen3.8-27B-GGUF:Q8_0" in other["restart"][0]
     for repo in ("unsloth/Qwen3.8-27B-GGUF:UD-Q4_K_XL", "DavidAU/Qwen3.8-27B-TURBO-CODER-GGUF:Q4_K_M",
                  "z-lab/Qwen3.8-27B-DFlash2-GGUF:Q8_0"):  # the draft model too
         assert unit["script"].count(repo) == 1, repo
