@@ -198,7 +198,13 @@ in
   config = lib.mkIf cfg.enable {
     warnings = lib.optional (warning != null) warning;
 
-    assertions = lib.optionals cfg.cuda [
+    assertions = [
+      {
+        assertion = !(cfg.speculativeConfig != null && (cfg.settings.speculative-config or null) != null);
+        message = "services.vllm: speculativeConfig and settings.speculative-config are both set; keep one (speculativeConfig is rendered as --speculative-config).";
+      }
+    ]
+    ++ lib.optionals cfg.cuda [
       {
         assertion = !cpuBuild;
         message = ''

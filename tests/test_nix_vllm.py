@@ -236,6 +236,11 @@ def test_module_warns_on_half_with_speculation() -> None:
     assert exec_args(out["vllm"]["execStart"])[exec_args(out["vllm"]["execStart"]).index("--dtype") + 1] == "half"
 
 
+def test_speculation_given_twice_is_an_assertion() -> None:
+    out = evaluate(VLLM_FINAL, '{ services.vllm.settings.speculative-config = { method = "mtp"; }; }')
+    assert any("both set" in m for m in out["failedAssertions"]), out["failedAssertions"]
+
+
 def test_module_no_warning_without_speculation() -> None:
     out = evaluate('{ services.vllm = { enable = true; model = "m"; settings.dtype = "half"; }; }')
     assert out["warnings"] == []
