@@ -205,10 +205,10 @@ let
   prefetch = cfg.prefetchModels && hasPresets && prefetchRepos != [ ];
 
   # The prefetch unit's script: the router's own download path (llama.cpp's tools/server,
-  # server-models.cpp, since before b11434): `POST /models {"model": REPO}` starts a download
+  # server-models.cpp, as of b11434): `POST /models {"model": REPO}` starts a download
   # child that fetches the repository's GGUF into LLAMA_CACHE, the model shows as
   # "downloading" (with progress) and then "downloaded" in `GET /models`; a repository the
-  # cache already holds is refused as "already exists". The preset that names the repository
+  # router already lists (from its cache) is refused as "already exists". The preset that names the repository
   # then loads from the cache. Progress goes to the journal every 30 s.
   # NixOS runs a unit's `script` with bash -e.
   prefetchScript = ''
@@ -368,8 +368,9 @@ in
       description = ''
         Download every Hugging Face repository the presets name (`hf-repo`, `spec-draft-hf`,
         ...) ahead of any request, through the router's own download path, by the oneshot unit
-        llama-cpp-prefetch.service, which starts with the router, reruns when the presets
-        change, and writes progress to the journal (`journalctl -u llama-cpp-prefetch -f`).
+        llama-cpp-prefetch.service, which starts with the router, reruns when the presets name
+        other repositories, and writes progress to the journal
+        (`journalctl -u llama-cpp-prefetch -f`).
         Without it the first request to a preset downloads its model (15 GB or more) inside
         the request, and the client times out. `model-url` presets are not prefetched.
       '';
