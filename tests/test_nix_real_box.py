@@ -155,7 +155,9 @@ def start_check(tmp_path: Path, server_text: str) -> subprocess.CompletedProcess
 def test_the_start_check_names_the_first_boot_causes(tmp_path: Path) -> None:
     """Run as the unit's ExecStartPre runs it (bash). This machine has neither the NVIDIA kernel
     module nor /run/opengl-driver: both causes are named, with the reboot and the option."""
-    assert not Path("/proc/driver/nvidia/version").exists() and not Path("/run/opengl-driver/lib/libcuda.so.1").exists()
+    if Path("/proc/driver/nvidia/version").exists() or Path("/run/opengl-driver/lib/libcuda.so.1").exists():
+        pytest.skip("this machine has the NVIDIA kernel module or /run/opengl-driver: the causes the check names "
+                    "on a first boot are absent here")
     result = start_check(tmp_path, "#!/bin/sh\nprintf 'Available devices:\\n  (none)\\n'\n")
     assert result.returncode == 1
     assert "the NVIDIA kernel module is not loaded" in result.stderr
