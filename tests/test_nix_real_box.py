@@ -419,3 +419,17 @@ def test_no_option_description_cites_the_second_report() -> None:
             assert "second report" not in file.read_text().lower(), file
     harness_text = HARNESS.read_text()
     assert "disabledModules" not in harness_text
+
+
+def test_the_marker_example_shows_a_release_nixpkgs_ships() -> None:
+    """docs/nixos.md's marker example is NixOS 26.05's recipe (9608: version and build number, the
+    commit read from the source at build time), which tests/test_nix_modules.py evaluates; not the
+    unstable snapshot's "0.5.0-unstable" version, which upstream nixpkgs does not ship."""
+    from tests.test_nix_modules import RECIPES
+
+    nixos = (REPO / "docs" / "nixos.md").read_text()
+    example = json.loads(nixos[nixos.index('{\n  "format": "llm-bench-llama-cpp-active/1"'):].split("```", 1)[0])
+    version, build, commit = RECIPES["flags"]
+    package = example["package"]
+    assert (package["version"], package["build_number"], package["build_commit"]) == (version, build, commit)
+    assert package["path"].endswith(f"-llama-cpp-fa86-{version}")
