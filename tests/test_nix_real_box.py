@@ -79,21 +79,19 @@ def test_the_stock_engine_can_be_compiled_for_the_3090_alone() -> None:
         summary(ALL, NVIDIA, '{ llmBench.cudaCapabilities = [ "sm_86" ]; }')
 
 
-def test_the_flakes_cuda_engines_are_the_machines_own() -> None:
+def test_the_flakes_cuda_engines_are_the_machines_own(tmp_path: Path) -> None:
     """With `inputs.nixpkgs.follows`, the flake's `cuda-engines` and the machine's modules build
     from the same nixpkgs; they are then the same store paths, so building them elsewhere and
     copying them (or a cache holding them) saves the machine the build."""
-    stand_in = Path(nix_eval(f"toString {REPO}/tests/nix/stand-ins.nix"))  # type: ignore[arg-type]
     root = nixpkgs_root()
+    # `import nixpkgs { ... }` in flake.nix reads the stand-ins through this default.nix.
+    (tmp_path / "default.nix").write_text(
+        f"{{ system ? null, config ? {{ }} }}:\n"
+        f"import {REPO}/tests/nix/stand-ins.nix {{ lib = import {root}/lib; nixpkgsRoot = {root}; }}\n")
     outputs = (f"(let o = (import {REPO}/flake.nix).outputs {{ self = o // {{ outPath = {REPO}; }};"
-               f" nixpkgs = {{ outPath = builtins.toFile \"nixpkgs\" \"\"; lib = import {root}/lib; }};"
+               f" nixpkgs = {{ outPath = {nix_string(str(tmp_path))}; lib = import {root}/lib; }};"
                ' llamampere = { outPath = "/nix/store/aaaa-llamampere-src"; rev = "' + FORK_REV + '";'
                ' lastModifiedDate = "20260614093000"; }; }; in o)')
-    # `import nixpkgs { ... }` of the flake reads the stand-ins through a default.nix.
-    folder = Path(subprocess.run(["mktemp", "-d"], capture_output=True, text=True, check=True).stdout.strip())
-    (folder / "default.nix").write_text(
-        f"{{ system ? null, config ? {{ }} }}:\nimport {stand_in} {{ lib = import {root}/lib; nixpkgsRoot = {root}; }}\n")
-    outputs = outputs.replace('builtins.toFile "nixpkgs" ""', nix_string(str(folder)))
     flake_paths = nix_eval(f"map (e: {{ inherit (e) name; path = e.path.outPath; }})"
                            f" {outputs}.packages.x86_64-linux.cuda-engines.entries")
     machine = summary(ALL, NVIDIA, LLAMAMPERE_SRC, "{ llmBench.engines = { fa86.enable = true; llamampere.enable = true; }; }")
