@@ -116,7 +116,7 @@ in
           max-model-len = 65536;
           dtype = "bfloat16";
           enable-prefix-caching = true;
-          reasoning-parser = "qwen3";
+          reasoning-parser = "qwen3"; # the reasoning in the message's `reasoning` field
           tool-call-parser = "qwen3_coder";
           enable-auto-tool-choice = true;
         }
