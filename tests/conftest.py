@@ -15,7 +15,7 @@ from llm_bench.testbed.llama_server import ensure_llama_server
 from llm_bench.testbed.router import RouterProcess, start_router
 from llm_bench.testbed.smollm2 import ensure_smollm2
 from llm_bench.testbed.tiny_gguf import TinyModelSpec, write_tiny_model
-from llm_bench.testbed.vllm_server import ensure_vllm
+from llm_bench.testbed.vllm_server import ensure_model, ensure_vllm
 
 # A shell without job control starts background commands with SIGINT ignored, and an ignored signal
 # stays ignored across exec: the Ctrl-C tests' processes would never see their SIGINT. Processes the
@@ -134,6 +134,12 @@ def router_factory(llama_server_bin: Path, tmp_path: Path) -> Iterator[StartRout
 def vllm_python() -> Path:
     """A Python with the real vLLM 0.32 (CPU build), pinned, in its own environment in the machine's cache."""
     return ensure_vllm()
+
+
+@pytest.fixture(scope="session")
+def vllm_model(vllm_python: Path, smollm2: Path) -> Path:
+    """The bed's SmolLM2 as the safetensors folder vLLM serves (converted once, in vLLM's environment)."""
+    return ensure_model(vllm_python, smollm2)
 
 
 @pytest.fixture(scope="session")
