@@ -153,13 +153,12 @@ def test_run_every_workload_records_speculation_context_acceptance_and_cache_hit
         assert not [w for w in said if "accepts none" in w]
         assert all("the counters are the run's figure" in w for w in said)
     # defect 2: the table and the HTML page show what the server said
-    out = tmp_path / "report"
-    result = invoke("report", str(path), "--output", str(out / "report.md"), "--html", str(out / "report.html"))
+    html = tmp_path / "report.html"
+    result = invoke("report", str(path), "--html", str(html))
     assert result.exit_code == 0, result.output
-    table = (out / "report.md").read_text()
-    row = next(line for line in table.splitlines() if line.startswith("| smol |"))
-    assert "| ngram n=3 |" in row and f"| {CONTEXT} |" in row
-    assert "ngram n=3" in (out / "report.html").read_text()
+    row = next(line for line in result.output.splitlines() if line.startswith("| smol |"))
+    assert "| ngram n=3 |" in row and f"| {CONTEXT} |" in row, row
+    assert "ngram n=3" in html.read_text()
 
 
 def test_counters_and_log_lines_of_one_span_agree_or_say_why(vllm: VllmProcess) -> None:
@@ -248,7 +247,11 @@ from vllm.engine.arg_utils import AsyncEngineArgs
 parser = make_arg_parser(FlexibleArgumentParser())
 out = []
 for argv in json.loads(sys.argv[1]):
-    a = AsyncEngineArgs.from_cli_args(parser.parse_args(argv))
+    try:
+        a = AsyncEngineArgs.from_cli_args(parser.parse_args(argv))
+    except (SystemExit, Exception) as e:
+        out.append({"refused": repr(e)})
+        continue
     spec = dict(a.speculative_config or {})
     for key, value in (("method", a.spec_method), ("model", a.spec_model), ("num_speculative_tokens", a.spec_tokens)):
         if value is not None:
@@ -276,14 +279,15 @@ SPELLINGS = [
 ]
 
 
-def test_every_spelling_reads_as_the_real_parser_reads_it(vllm_python: Path) -> None:
+def test_every_spelling_reads_as_the_real_parser_reads_it(vllm_python: Path, vllm_model: Path) -> None:
     """For each spelling of speculation and of compilation off vLLM 0.32 accepts: llm-bench's reading of the
     command line (as /proc gives it, joined by spaces) is what vLLM's own parser makes of it."""
-    argvs = [["--model", "m", *spelling] for spelling in SPELLINGS]
+    argvs = [["--model", str(vllm_model), *spelling] for spelling in SPELLINGS]
     done = subprocess.run([str(vllm_python), "-c", PARSE, json.dumps(argvs)], capture_output=True, text=True,
                           check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
     parsed = json.loads(done.stdout.strip().splitlines()[-1])
     for argv, real in zip(argvs, parsed, strict=True):
+        assert "refused" not in real, (argv, real)
         line = "python -m vllm.entrypoints.openai.api_server " + " ".join(argv)
         ours = speculative_settings(line)
         assert (ours is not None) == (real["spec"] is not None), (argv, ours, real)
@@ -334,10 +338,13 @@ def test_a_vllm_killed_mid_run_ends_it_clearly_and_keeps_the_finished_runs(
         thread.join(120)
     finally:
         server.stop()
+    # The API server killed mid-stream breaks the stream (the alias ends with that error, and the run with it); killed
+    # between two requests, the next finds no server (the run is aborted, naming its results file). Either way the
+    # runs finished before are in the file, beside a clear error.
     error = outcome.get("error")
-    assert isinstance(error, RunAborted), error
-    assert "results so far are in" in str(error)
+    assert error is None or (isinstance(error, RunAborted) and "results so far are in" in str(error)), error
     [path] = (tmp_path / "out").glob("*.toml")
     [record] = load_results(path, PARTS).aliases
-    assert len(record.runs) >= 2 and record.errors
+    assert len(record.runs) >= 2 and record.errors, record
+    assert any(word in record.errors[-1] for word in ("stream", "connect", "reach")), record.errors
     assert (record.speculation, record.context) == ("ngram n=2", 512)
