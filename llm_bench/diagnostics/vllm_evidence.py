@@ -75,8 +75,9 @@ def compilation_off(text: str) -> str | None:
     m = re.search(_alternatives(EAGER) + _TRUE, text, re.IGNORECASE)
     if m:
         return m[0].strip()
-    m = re.search(r"""(?<![\w-])(?:-O(?:\s*=\s*|\s+)?|""" + _alternatives(OPTIMIZATION_LEVEL)[len("(?<![\\w-])"):]
-                  + r"""["']?(?:\s*=\s*|\s*,\s*|\s+)["']?)0(?![\w.])""", text)
+    # -O0, -O 0, -O=0 (vLLM rewrites each to --optimization-level 0), and the long flag itself
+    level = "|".join(map(re.escape, OPTIMIZATION_LEVEL))
+    m = re.search(rf"""(?<![\w-])(?:-O(?:\s*=\s*|\s+)?|(?:{level})["']?(?:\s*=\s*|\s*,\s*|\s+)["']?)0(?![\w.])""", text)
     if m:
         return m[0].strip()
     settings: dict[str, object] = {}
