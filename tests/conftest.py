@@ -57,6 +57,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 
+# Seconds spent in the vLLM tests and in all tests of this pass (setup, call and teardown), printed at the end:
+# the real vLLM is the slowest server of the bed, and its share of the suite is watched (docs/development.md).
+_SECONDS = {"vllm": 0.0, "all": 0.0}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _SECONDS["all"] += report.duration
+    if "test_vllm_" in report.nodeid:
+        _SECONDS["vllm"] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _SECONDS["vllm"]:
+        share = _SECONDS["vllm"] / _SECONDS["all"] if _SECONDS["all"] else 0.0
+        terminalreporter.write_line(f"vLLM tests: {_SECONDS['vllm']:.0f} s of this pass's {_SECONDS['all']:.0f} s "
+                                    f"of test time ({share:.0%})")
+
+
 def pytest_report_header() -> str:
     return f"nixpkgs tree for the Nix tests (NIXPKGS_LIB): {os.environ.get('NIXPKGS_LIB') or 'not set'}"
 
