@@ -152,3 +152,12 @@ def test_the_prefix_cache_prompt_fits_the_context_the_server_reports(tmp_path: P
     assert any(w.startswith("prefix-cache prompt cut from 11000") and "context of 4096" in w for w in record.warnings)
     assert record.runs[0].prompt_tokens and record.runs[0].prompt_tokens + 32 <= 4096
     assert hit_of(record).cached_tokens
+
+
+def test_the_command_line_of_the_vllm_serving_the_url_is_the_one_read() -> None:
+    from llm_bench.diagnostics.vllm_evidence import serving
+    here = "python -m vllm.entrypoints.openai.api_server --model m --port 8001 -sc.method ngram"
+    other = "vllm serve other --port 8002 --dtype half --spec-method eagle3"
+    assert serving([other, here], "http://127.0.0.1:8001") == [here]
+    # none serves that port (a container's vLLM listens on its own, mapped on the host): each one says something
+    assert serving([other, here], "http://127.0.0.1:9000") == [other, here]

@@ -44,6 +44,7 @@ from llm_bench.workloads import PARTS
 from llm_bench.workloads.concurrency import level_of
 from llm_bench.workloads.depth import DEPTH, point_of
 from llm_bench.workloads.prefix_cache import hit_of
+from llm_bench.workloads.quality import QUALITY
 from llm_bench.workloads.session import SESSION
 from tests.commands import invoke
 from tests.fake_nvml import FakeNvml
@@ -190,6 +191,22 @@ def test_counters_and_log_lines_of_one_span_agree_or_say_why(vllm: VllmProcess) 
                                      SpecCounters(span.draft_tokens, 0.0, span.drafts))
     assert finding.severity == "info" and "logging interval" in finding.evidence
     assert "the counters are the run's figure" in finding.evidence
+
+
+def test_the_quality_workload_runs_on_it(vllm: VllmProcess, tmp_path: Path, key_env: str) -> None:
+    """Sized down (its checks are that every part runs against vLLM, not its figures): a recall probe that fits
+    the context read from the server, teacher-forced distributions through prompt_logprobs, exact answers."""
+    protocol = Protocol(runs=1, max_tokens=16, workloads=("quality",)).with_settings(QUALITY, {
+        "recall_lengths": (1024, 8192), "recall_depths": (0.5,), "max_tokens": 16, "top_k": 5, "text_tokens": 16,
+        "exact_items_per_kind": 1, "exact_difficulties": ("easy",)})
+    logs: list[str] = []
+    path = run_plan(plan_for(vllm, tmp_path, key_env, protocol), logs.append, nvml=Nvml(FakeNvml())).path
+    [record] = load_results(path, PARTS).aliases
+    assert not record.errors, (record.errors, "\n".join(logs))
+    part = record.part
+    assert part is not None and part.forced and not part.forced_error and part.exact_answers and part.recall
+    # the 8,192-token probe does not fit the 2,048-token context the server reports: skipped, with the reason
+    assert any(probe.skipped for probe in part.recall) and any(not probe.skipped for probe in part.recall)
 
 
 def test_teacher_forced_prompt_logprobs(vllm: VllmProcess) -> None:

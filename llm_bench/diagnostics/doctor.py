@@ -116,7 +116,8 @@ def diagnose(engine: Engine, nvml: Nvml, source: LogSource | None, settings: Doc
     findings += kernel_findings(nvml, settings)
     xids = nvml.xid_watch()
     metrics = engine.metrics_text()
-    lines = [settings.vllm_cmdline] if settings.vllm_cmdline else vllm_evidence.vllm_command_lines()
+    lines = ([settings.vllm_cmdline] if settings.vllm_cmdline
+             else vllm_evidence.serving(vllm_evidence.vllm_command_lines(), engine.base_url))
     startup = _read_quietly(source)  # the log's config line (read again after the probes for the log checks)
     findings += vllm_evidence.check_enforce_eager(lines, startup)
     config = vllm_evidence.vllm_config(lines, files, metrics, startup)

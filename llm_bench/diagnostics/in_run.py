@@ -26,6 +26,7 @@ from llm_bench.diagnostics.vllm_evidence import (
     ServerConfig,
     check_dtype_with_speculation,
     check_prefix_caching,
+    serving,
     vllm_command_lines,
     vllm_config,
 )
@@ -87,7 +88,8 @@ def before_the_run(engine: Engine, aliases: Sequence[str], settings: Checks, log
     server: list[Finding] = []
     config = ServerConfig()
     if not engine.capabilities.presets:
-        config = vllm_config(vllm_command_lines(), None, engine.metrics_text(), _log_text(settings, log))
+        config = vllm_config(serving(vllm_command_lines(), engine.base_url), None, engine.metrics_text(),
+                             _log_text(settings, log))
         server = check_dtype_with_speculation(config) + check_prefix_caching(config)
     for finding in server:
         log(f"!!! {finding.text()}")

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from llm_bench.diagnostics.findings import ERROR, WARNING, Finding
 from llm_bench.engines.metrics import ACCEPTED_PER_POS, DRAFTS, parse_prometheus
@@ -29,6 +30,14 @@ def vllm_command_lines(proc: Path = Path("/proc")) -> list[str]:
         if "vllm" in text and ("serve" in text or "api_server" in text):
             lines.append(text)
     return lines
+
+
+def serving(lines: Sequence[str], url: str) -> list[str]:
+    """The command lines of the vLLM that serves ``url``'s port, where one does (another local vLLM says nothing
+    of it); else all of them (a container's vLLM listens on its own port, mapped to another on the host)."""
+    port = urlsplit(url).port
+    own = [line for line in lines if port is not None and flag_value(line, "--port") == str(port)]
+    return own or list(lines)
 
 
 # vLLM's compilation switches: --enforce-eager, and what its docs call equivalent (no torch.compile, no CUDA graphs)
