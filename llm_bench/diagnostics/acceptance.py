@@ -105,12 +105,14 @@ def spec_log_lines(log_text: str) -> list[SpecLogLine]:
         m = VLLM_SPEC_LOG.search(line)
         if m:
             length, drafted = float(m[1]), float(m[3])
+            bad = drafted > 0 and length <= 1.01
             counts = (int(m[4]), int(m[5])) if m[4] is not None else (None, None)
-            lines.append(SpecLogLine(line.strip(), drafted > 0 and length <= 1.01, *counts))
+            lines.append(SpecLogLine(line.strip(), bad, *counts))
             continue
         m = VLLM_SPEC_LOG_V0.search(line)
         if m:
-            lines.append(SpecLogLine(line.strip(), int(m[3]) > 0 and float(m[1]) < 1.0, int(m[2]), int(m[3])))
+            bad = int(m[3]) > 0 and float(m[1]) < 1.0
+            lines.append(SpecLogLine(line.strip(), bad, int(m[2]), int(m[3])))
     return lines
 
 
