@@ -2,8 +2,8 @@
 proven on the server whose behaviour they read.
 
 One server for the module (n-gram drafting spelled ``-sc``, compilation off spelled ``-O0``, a 2,048-token
-context, an API key), shared by every test here but the kill test, which starts its own (spelled
-``--spec-method``/``--spec-tokens`` and ``--enforce-eager``) and kills it mid-run. The other spellings of
+context, an API key), shared by every test here but the kill test, which starts its own (a draft model spelled
+``--spec-model``/``--spec-tokens``, and ``--enforce-eager``) and kills it mid-run. The other spellings of
 speculation and of compilation off are checked against the real server's own argument parser instead of a
 server each: CPU vLLM takes about 40 s to start, and what llm-bench reads is the command line.
 """
@@ -317,20 +317,24 @@ def test_every_spelling_reads_as_the_real_parser_reads_it(vllm_python: Path, vll
 
 # --- killed mid-run -------------------------------------------------------------------------------------------
 
-def test_a_vllm_killed_mid_run_ends_it_clearly_and_keeps_the_finished_runs(
+def test_a_drafting_vllm_killed_mid_run_ends_it_clearly_and_keeps_the_finished_runs(
         vllm_python: Path, vllm_model: Path, tmp_path: Path) -> None:
-    """Its own server (the shorthand spellings: --spec-method, --spec-tokens, --enforce-eager), read as such,
-    then killed while the standard workload runs: the run ends with a clear error naming the results file,
-    which holds the runs finished before."""
+    """Its own server, drafting with a draft model (SmolLM2 drafts for itself: CPU vLLM runs one), spelled with
+    the shorthands --spec-model and --spec-tokens, and --enforce-eager: read as such (the method from the log's
+    config line, which names what the command line leaves to vLLM), acceptance per position from /metrics,
+    then killed while the standard workload runs: the run ends with a clear error, and the results file holds
+    the runs finished before."""
     server = start_vllm(vllm_python, vllm_model, log_path=tmp_path / "killed.log",
-                        args=["--spec-method", "ngram", "--spec-tokens", "2", "--enforce-eager", "--max-model-len",
-                              "512"])
+                        args=["--spec-model", str(vllm_model), "--spec-tokens", "2", "--enforce-eager",
+                              "--max-model-len", "512"])
     try:
         [line] = [line for line in vllm_command_lines() if f"--port {server.port}" in line]
-        config = vllm_config([line])
-        assert config.speculation == "ngram n=2" and config.eager and config.eager.startswith("--enforce-eager")
+        config = vllm_config([line], None, None, server.log())
+        assert config.speculation == "draft_model n=2" and config.drafts_from_context is False
+        assert config.eager and config.eager.startswith("--enforce-eager")
+        assert vllm_config([line]).speculation == "on n=2"  # the command line alone names no method
         plan = Plan(url=server.url, engine="openai", output_dir=tmp_path / "out",
-                    protocol=Protocol(runs=50, max_tokens=24))
+                    checks=Checks(log_file=server.log_path), protocol=Protocol(runs=50, max_tokens=24))
         outcome: dict[str, BaseException | None] = {}
 
         def run() -> None:
@@ -351,6 +355,9 @@ def test_a_vllm_killed_mid_run_ends_it_clearly_and_keeps_the_finished_runs(
         while answered() < 3 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert answered() >= 3
+        drafted = spec_counters(parse_prometheus(httpx.get(f"{server.url}/metrics").text), "smol")
+        assert drafted is not None and drafted.drafts and len(drafted.accepted_per_position) == 2
+        assert drafted.accepted_tokens == sum(drafted.accepted_per_position)  # each accepted token has a position
         server.process.kill()  # the API server only: its engine goes with it
         thread.join(120)
     finally:
@@ -364,4 +371,4 @@ def test_a_vllm_killed_mid_run_ends_it_clearly_and_keeps_the_finished_runs(
     [record] = load_results(path, PARTS).aliases
     assert len(record.runs) >= 2 and record.errors, record
     assert any(word in record.errors[-1] for word in ("stream", "connect", "reach")), record.errors
-    assert (record.speculation, record.context) == ("ngram n=2", 512)
+    assert (record.speculation, record.context) == ("draft_model n=2", 512)
