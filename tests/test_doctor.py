@@ -487,21 +487,23 @@ def test_run_against_vllm_started_with_half_and_a_drafter_warns_before_measuring
 
 
 def test_run_against_vllm_drafting_by_n_gram_blames_the_output_not_a_dtype(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *NGRAM_CMDLINE.split(" ")])
     # the server's log as a journal gives it: nothing before the alias, vLLM's trap line after its requests
     started = tmp_path / "started"
     log = f"if [ -e {started} ]; then cat {FIXTURES / 'vllm-spec-trap.log'}; else touch {started}; fi"
-    try:
-        poll_until(lambda: [l for l in vllm_command_lines() if '"method":"ngram"' in l] or None, timeout=10,
-                   interval=0.1)
-        logs: list[str] = []
-        with FakeVllm(FakeVllmConfig(accepted_per_round=0)) as vllm:
+    logs: list[str] = []
+    with FakeVllm(FakeVllmConfig(accepted_per_round=0)) as vllm:
+        # its command line names the port it serves: another vLLM on this host (a test bed's) says nothing of it
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *NGRAM_CMDLINE.split(" "),
+                                 "--port", str(vllm.port)])
+        try:
+            poll_until(lambda: [l for l in vllm_command_lines() if f"--port {vllm.port}" in l] or None, timeout=10,
+                       interval=0.1)
             plan = Plan(url=vllm.url, engine="openai", output_dir=tmp_path, checks=Checks(log_command=log),
                         protocol=Protocol(runs=1, max_tokens=8))
             [record] = load_results(run_plan(plan, logs.append, nvml=Nvml(FakeNvml())).path, PARTS).aliases
-    finally:
-        proc.kill()
-        proc.wait()
+        finally:
+            proc.kill()
+            proc.wait()
     assert not [l for l in logs if "[vllm-dtype]" in l]  # --dtype half, but no drafter whose dtype could differ
     # the log's line and the run's /metrics counters agree (none accepted): the trap is the record's own, from the
     # counters, blamed on n-gram as the command line (recorded as the record's speculation) says
