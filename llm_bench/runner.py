@@ -13,7 +13,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from llm_bench.diagnostics.evidence import marker_package, read_marker
-from llm_bench.diagnostics.in_run import InRunChecks, before_the_run
+from llm_bench.diagnostics.in_run import InRunChecks, before_the_run, describe_served
+from llm_bench.diagnostics.vllm_evidence import ServerConfig
 from llm_bench.engines import Engine, open_engine, select_models
 from llm_bench.engines.base import RouterListing
 from llm_bench.engines.errors import ServerError, ServerUnreachable
@@ -81,7 +82,7 @@ def check_vram(record: AliasRecord, reading: VramReading, protocol: Protocol) ->
 
 
 def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Log, keep: Keep,
-                  target: str = "") -> None:
+                  target: str = "", served: ServerConfig | None = None) -> None:
     """Every workload of the protocol for one alias, each record to ``keep`` as it finishes (the alias's
     base record when nothing else was measured); a failure ends the alias, not the run. Ctrl-C ends it (the
     KeyboardInterrupt goes on) with what was measured kept, the finished runs of the workload it stopped
@@ -96,7 +97,7 @@ def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, lo
 
     stop: KeyboardInterrupt | None = None
     try:
-        _measure(engine, alias, protocol, nvml, log, base, kept)
+        _measure(engine, alias, protocol, nvml, log, base, kept, served)
         if not records:
             kept(base)
     except KeyboardInterrupt as e:  # the workload's records are kept, the one it stopped with marked interrupted
@@ -114,7 +115,7 @@ def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, lo
 
 
 def _measure(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Log, base: AliasRecord,
-             keep: Keep) -> None:
+             keep: Keep, served: ServerConfig | None = None) -> None:
     """measure_alias's steps, each record to ``keep`` as it finishes (a failure's own record too)."""
     current = STANDARD.name  # the workload a failure is recorded against
     try:
@@ -148,6 +149,7 @@ def _measure(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Lo
             log(f"  Warm-up: first token after {warmup.ttft_s:.2f} s (the server keeps its model loaded)")
         base.preset_args, base.server_build = engine.describe(alias)
         check_speculation(engine, alias, base, log)
+        describe_served(engine, alias, base, served)  # an OpenAI server: what it says of itself
 
         for current in protocol.workloads:
             workload(current).run(engine, alias, protocol, base, log, keep)
@@ -265,7 +267,7 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
                     try:
                         with sampling(gpus):
                             measure_alias(engine, alias, protocol, gpus, log, functools.partial(_keep, writer, measured),
-                                          target=target or plan.label)
+                                          target=target or plan.label, served=early.config)
                         checks.finish(measured, [r for r in measured if needs_prompt_cache(r)])
                     except AliasUnreachable as e:
                         writer.flush()
