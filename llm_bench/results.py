@@ -143,6 +143,9 @@ class AliasRecord:
     stopped_by: str | None = None
     thinking: str | None = None  # the protocol's thinking when it was not "off" (the table's notes say so)
     part: Any = None  # the workload's own part (a results.Part), under [aliases.<workload>] in the file
+    # What else ran in the alias's measured window (llm_bench.interference.window): foreign CPU time on the
+    # engine's cores, requests not ours, other GPU processes, clock reasons; ``disturbed`` and by what
+    interference: dict[str, Any] | None = None
 
     @property
     def configuration(self) -> str:
