@@ -253,7 +253,7 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
                     checks.start()
                     measured: list[AliasRecord] = []  # this alias's records, each in the file as it finishes
                     watched = AliasWindow(engine, alias, gpus, plan.url, plan.checks.interference_limits(),
-                                           plan.checks.engine_container, log)
+                                           plan.checks.engine_container, log, checks.read_log)
                     try:
                         with sampling(gpus):
                             measure_alias(engine, alias, protocol, gpus, log, functools.partial(_keep, writer, measured),

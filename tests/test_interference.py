@@ -16,7 +16,7 @@ from llm_bench.engines import open_engine
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.interference.cpu import foreign_cpu
 from llm_bench.interference.procs import CoreTimes, ProcessTimes, Snapshot, parse_pid_stat, parse_proc_stat
-from llm_bench.interference.requests import highest_task, vllm_finished
+from llm_bench.interference.requests import Count, RequestCounter, started_in_log, vllm_finished
 from llm_bench.interference.watch import InterferenceWatch
 from llm_bench.interference.window import Interference, Limits
 from llm_bench.report import markdown_table, summary
@@ -73,8 +73,13 @@ def test_a_process_that_started_inside_the_window_counts_all_its_time_up_to_its_
 
 
 def test_slots_and_vllm_counters() -> None:
-    assert highest_task([{"id": 0, "id_task": 7}, {"id": 1, "id_task": 12}, {"id": 2}]) == 12
-    assert highest_task([{"id": 0}]) is None
+    log = ("[57645] 0.00.017.876 I slot launch_slot_: id  0 | task 0 | processing task, is_child = 0\n"
+           "[57645] 0.00.019.982 I slot      release: id  0 | task 0 | stop processing: n_tokens = 34\n"
+           "[57645] 0.00.027.569 I slot launch_slot_: id  1 | task 17 | processing task, is_child = 1\n"
+           "llama-server[812]: slot launch_slot_: id  0 | task 51 | processing task, is_child = 0\n")
+    assert started_in_log(log) == 2
+    assert RequestCounter.foreign(Count(10, 3), Count(15, 6)) == (2, None)
+    assert RequestCounter.foreign(Count(10, 3), Count(2, 6))[0] is None  # the log started over
     text = ('vllm:request_success_total{finished_reason="length",model_name="m"} 5.0\n'
             'vllm:request_success_total{finished_reason="stop",model_name="m"} 2.0\n'
             'vllm:num_requests_running{model_name="m"} 1.0\n')

@@ -1,11 +1,11 @@
 """Requests the server answered during a window that were not ours: the server's own count against what the
 client sent (``OpenAIClient.generations_sent``: every chat and completion POST).
 
-- **llama.cpp** (a router's model instance, ``GET /slots?model=ALIAS``): every task the server queues gets the
-  next number of one counter (``get_new_id``): each completion request one, each ``GET /slots`` one. A slot
-  shows the number of the last task it ran (``id_task``). Between the highest number at the window's start and
-  at its end lie our requests, our own ``/slots`` read at the start, and everything else: the rest is foreign
-  (another client's request, or a ``/slots`` or ``/metrics`` read by something else).
+- **llama.cpp**: its log. Every request a model instance starts is one line ``slot launch_slot_: id 0 | task 17 |
+  processing task, is_child = 0`` (child tasks of one request say ``is_child = 1`` and are not counted); the
+  lines the log gained in the window, less our requests, are the others'. Its ``/slots`` cannot count them:
+  a slot's ``id_task`` comes from the server's one counter of queued tasks, which every decoding step takes a
+  number from too (``SERVER_TASK_TYPE_NEXT_RESPONSE``).
 - **vLLM** (``/metrics``): ``vllm:request_success_total`` (summed over its ``finished_reason`` labels) and the
   requests still running (``vllm:num_requests_running``) against ours.
 - Anything else: not counted, with the reason.
@@ -13,11 +13,11 @@ client sent (``OpenAIClient.generations_sent``: every chat and completion POST).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from llm_bench.engines import Engine
-from llm_bench.engines.errors import ServerError
 from llm_bench.engines.metrics import parse_prometheus
 
 VLLM_FINISHED = "vllm:request_success_total"
@@ -39,11 +39,12 @@ def _sent(engine: Engine) -> int:
     return int(getattr(client, "generations_sent", 0))
 
 
-def highest_task(slots: Any) -> int | None:
-    """The highest ``id_task`` any slot of a ``/slots`` answer ran; None when no slot ran one."""
-    ids = [s["id_task"] for s in slots if isinstance(s, dict) and isinstance(s.get("id_task"), int)] \
-        if isinstance(slots, list) else []
-    return max(ids) if ids else None
+STARTED = re.compile(r"\| processing task, is_child = 0")
+
+
+def started_in_log(text: str) -> int:
+    """Requests the llama.cpp log says its model instances started."""
+    return len(STARTED.findall(text))
 
 
 def vllm_finished(text: str) -> float | None:
@@ -54,26 +55,21 @@ def vllm_finished(text: str) -> float | None:
 
 
 class RequestCounter:
-    """Reads the server's counter for one alias; ``foreign(start, end)`` is what was not ours."""
+    """Reads the server's count for one alias; ``foreign(start, end)`` is what was not ours. ``server_log`` gives the
+    server's log as it is now (None where it cannot be read; llama.cpp only)."""
 
-    def __init__(self, engine: Engine, alias: str):
+    def __init__(self, engine: Engine, server_log: Callable[[], str | None] | None = None):
         self.engine = engine
-        self.alias = alias
-        self.slots = engine.capabilities.presets  # a llama.cpp router: its instances have /slots
+        self.server_log = server_log
+        self.from_log = engine.capabilities.presets  # a llama.cpp router
 
     def read(self) -> Count:
         ours = _sent(self.engine)
-        if self.slots:
-            client = getattr(self.engine, "client", None)
-            if client is None:
-                return Count(None, ours, "this engine has no client to read /slots with")
-            try:
-                slots = client.get_json("/slots", model=self.alias, autoload="false")
-            except ServerError as e:
-                return Count(None, ours, f"GET /slots: {e} (the server may run with --no-slots)")
-            task = highest_task(slots)
-            return Count(None if task is None else float(task), ours, None if task is not None else
-                         "GET /slots showed no task")
+        if self.from_log:
+            text = None if self.server_log is None else self.server_log()
+            if text is None:
+                return Count(None, ours, "the server's log cannot be read ([checks] log_file or log_command)")
+            return Count(float(started_in_log(text)), ours)
         text = self.engine.metrics_text()
         if text is None:
             return Count(None, ours, "the server has no /metrics page to count requests with")
@@ -82,11 +78,12 @@ class RequestCounter:
             return Count(None, ours, f"its /metrics page has no {VLLM_FINISHED}")
         return Count(finished, ours)
 
-    def foreign(self, start: Count, end: Count) -> tuple[int | None, str | None]:
-        """Requests in the window that were not ours (None, why: not counted)."""
+    @staticmethod
+    def foreign(start: Count, end: Count) -> tuple[int | None, str | None]:
+        """Requests in the window that were not ours (None, why: not counted). A log that started over (rotated)
+        counts less at the end: not counted either."""
         if start.server is None or end.server is None:
             return None, start.why or end.why
-        ours = end.ours - start.ours
-        # llama.cpp: the start's own /slots read took a number after the highest it showed
-        own_reads = 1 if self.slots else 0
-        return max(0, int(round(end.server - start.server)) - ours - own_reads), None
+        if end.server < start.server:
+            return None, "the server's log started over during the window"
+        return max(0, int(round(end.server - start.server)) - (end.ours - start.ours)), None

@@ -86,7 +86,7 @@ class InterferenceWatch:
     """One alias's window. ``start()`` just before its first measured request, ``stop()`` after its last."""
 
     def __init__(self, engine: Engine, alias: str, nvml: Nvml, url: str, container: str | None = None,
-                 interval_s: float = INTERVAL_S, proc: Path = PROC):
+                 interval_s: float = INTERVAL_S, proc: Path = PROC, server_log: Callable[[], str | None] | None = None):
         self.engine, self.alias, self.nvml, self.url, self.container = engine, alias, nvml, url, container
         self.interval_s = interval_s
         self.proc = proc
@@ -102,7 +102,7 @@ class InterferenceWatch:
         self._since_us: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._counter = RequestCounter(engine, alias)
+        self._counter = RequestCounter(engine, server_log)
         self._count_start: Count | None = None
         self.started = False
 
@@ -195,8 +195,8 @@ class AliasWindow:
     closes; ``apply`` puts what was seen on the alias's records and says so in the log."""
 
     def __init__(self, engine: Engine, alias: str, nvml: Nvml, url: str, limits: Limits, container: str | None,
-                 log: Log):
-        self.watch = InterferenceWatch(engine, alias, nvml, url, container)
+                 log: Log, server_log: Callable[[], str | None] | None = None):
+        self.watch = InterferenceWatch(engine, alias, nvml, url, container, server_log=server_log)
         self.limits = limits
         self.log = log
         self.result: Interference | None = None
