@@ -188,3 +188,24 @@ def test_the_window_survives_the_results_file(tmp_path: Path) -> None:
     assert loaded["busy"].interference["cpu"]["processes"][0]["name"] == "ComfyUI"
     assert loaded["base"].interference == {"window_s": 10.0, "disturbed": False}
     assert not loaded["busy"].comparable
+
+
+def test_doctor_lists_what_else_is_on_the_gpu_and_which_will_disturb(engine_tree) -> None:
+    from llm_bench.diagnostics.busy import check_busy, look
+    port, engine_pid, child_pid, foreign_pid = engine_tree
+    fake = FakeNvml(gpus=[FakeGpu(processes=[
+        FakeProcess(engine_pid, 18000, "compute", 0), FakeProcess(foreign_pid, 4000, "compute", 60),
+        FakeProcess(child_pid, 100, "compute", 0),
+        FakeProcess(999_999_998, 300, "graphics", 0, name="/usr/bin/Xorg")])])
+    engine = open_engine("openai", f"http://127.0.0.1:{port}", timeout=5.0)
+    try:
+        with Nvml(fake) as nvml:
+            findings = check_busy(look(engine, nvml, seconds=0.3))
+    finally:
+        engine.close()
+    gpu = [f for f in findings if f.evidence.startswith("GPU0")]
+    assert [(f.severity, f.evidence.split(" (")[0]) for f in gpu] == [("warning", "GPU0: sleep"),
+                                                                       ("info", "GPU0: /usr/bin/Xorg")]
+    assert "will disturb a benchmark" in gpu[0].evidence
+    assert not any(f"pid {engine_pid}," in f.evidence or f"pid {child_pid}," in f.evidence for f in gpu)
+    assert any("of the engine's cores" in f.evidence for f in findings)
