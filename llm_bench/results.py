@@ -149,6 +149,9 @@ class AliasRecord:
     context: int | None = None
     server_evidence: list[str] = field(default_factory=list)
     part: Any = None  # the workload's own part (a results.Part), under [aliases.<workload>] in the file
+    # What else ran in the alias's measured window (llm_bench.interference.window): foreign CPU time on the
+    # engine's cores, requests not ours, other GPU processes, clock reasons; ``disturbed`` and by what
+    interference: dict[str, Any] | None = None
 
     @property
     def configuration(self) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from llm_bench.diagnostics import acceptance, fork, gpu_checks, gpu_errors, log_checks, vllm_evidence
+from llm_bench.diagnostics import acceptance, busy, fork, gpu_checks, gpu_errors, log_checks, vllm_evidence
 from llm_bench.diagnostics.evidence import (
     MARKER,
     detect_fork,
@@ -128,6 +128,8 @@ def diagnose(engine: Engine, nvml: Nvml, source: LogSource | None, settings: Doc
     presets = router_presets(engine)
     findings += vllm_evidence.check_prefix_caching(config, presets)
     findings += fork.check_fork_control(detect_fork(engine, presets, settings.build, settings.marker), presets)
+    # before the probes: what else runs now, while the server is sent nothing
+    findings += busy.check_busy(busy.look(engine, nvml))
     bandwidth = nvml.memory_bandwidth_gbs(0)
     with PcieWatch(nvml) as pcie:
         for alias in settings.aliases or tuple(loaded):
