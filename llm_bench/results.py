@@ -143,7 +143,15 @@ class AliasRecord:
     precision_reached: float | None = None
     stopped_by: str | None = None
     thinking: str | None = None  # the protocol's thinking when it was not "off" (the table's notes say so)
+    # An OpenAI server's own account where no preset arguments give it (diagnostics.in_run.describe_served):
+    # its speculation ("ngram n=3", the first word vLLM's method), its context, and where each was read.
+    speculation: str | None = None
+    context: int | None = None
+    server_evidence: list[str] = field(default_factory=list)
     part: Any = None  # the workload's own part (a results.Part), under [aliases.<workload>] in the file
+    # What else ran in the alias's measured window (llm_bench.interference.window): foreign CPU time on the
+    # engine's cores, requests not ours, other GPU processes, clock reasons; ``disturbed`` and by what
+    interference: dict[str, Any] | None = None
 
     @property
     def configuration(self) -> str:

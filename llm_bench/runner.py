@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import functools
 import time
+import typing
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
 from llm_bench.diagnostics.evidence import marker_package, read_marker
-from llm_bench.diagnostics.in_run import InRunChecks, before_the_run
+from llm_bench.diagnostics.in_run import InRunChecks, before_the_run, describe_served
+from llm_bench.diagnostics.vllm_evidence import ServerConfig
 from llm_bench.engines import Engine, open_engine, select_models
 from llm_bench.engines.base import RouterListing
 from llm_bench.engines.errors import ServerError, ServerUnreachable
 from llm_bench.fingerprint import Sources
 from llm_bench.gpu.nvml import Nvml, VramReading
 from llm_bench.gpu.telemetry import sampling
+from llm_bench.interference.watch import AliasWindow
 from llm_bench.plan import Plan, Protocol
 from llm_bench.preset_args import is_speculative
 from llm_bench.provenance import provenance, server_build
@@ -36,6 +39,14 @@ from llm_bench.workloads.standard import STANDARD
 WARM_UP_TOKENS = 16
 
 Log = Callable[[str], None]
+
+
+class Window(typing.Protocol):
+    """Told when an alias's measured window opens (after its warm-up) and closes (before its unload)."""
+
+    def opened(self) -> None: ...
+
+    def closed(self) -> None: ...
 
 
 class RunAborted(RuntimeError):
@@ -81,7 +92,7 @@ def check_vram(record: AliasRecord, reading: VramReading, protocol: Protocol) ->
 
 
 def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Log, keep: Keep,
-                  target: str = "") -> None:
+                  target: str = "", served: ServerConfig | None = None, window: Window | None = None) -> None:
     """Every workload of the protocol for one alias, each record to ``keep`` as it finishes (the alias's
     base record when nothing else was measured); a failure ends the alias, not the run. Ctrl-C ends it (the
     KeyboardInterrupt goes on) with what was measured kept, the finished runs of the workload it stopped
@@ -96,12 +107,14 @@ def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, lo
 
     stop: KeyboardInterrupt | None = None
     try:
-        _measure(engine, alias, protocol, nvml, log, base, kept)
+        _measure(engine, alias, protocol, nvml, log, base, kept, served, window)
         if not records:
             kept(base)
     except KeyboardInterrupt as e:  # the workload's records are kept, the one it stopped with marked interrupted
         stop = e
     finally:
+        if window is not None:
+            window.closed()  # after the last measured request, before the unload
         if protocol.unload_after:
             try:
                 unloaded = _release(engine, alias, records or [base], log)
@@ -114,7 +127,7 @@ def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, lo
 
 
 def _measure(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Log, base: AliasRecord,
-             keep: Keep) -> None:
+             keep: Keep, served: ServerConfig | None = None, window: Window | None = None) -> None:
     """measure_alias's steps, each record to ``keep`` as it finishes (a failure's own record too)."""
     current = STANDARD.name  # the workload a failure is recorded against
     try:
@@ -148,7 +161,10 @@ def _measure(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Lo
             log(f"  Warm-up: first token after {warmup.ttft_s:.2f} s (the server keeps its model loaded)")
         base.preset_args, base.server_build = engine.describe(alias)
         check_speculation(engine, alias, base, log)
+        describe_served(engine, alias, base, served)  # an OpenAI server: what it says of itself
 
+        if window is not None:
+            window.opened()  # just before the first measured request
         for current in protocol.workloads:
             workload(current).run(engine, alias, protocol, base, log, keep)
     except WorkloadInterrupted as e:  # the runs measured before the failure are kept, beside its error
@@ -262,10 +278,13 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
                                          early.drafts_from_context)
                     checks.start()
                     measured: list[AliasRecord] = []  # this alias's records, each in the file as it finishes
+                    watched = AliasWindow(engine, alias, gpus, plan.url, plan.checks.interference_limits(),
+                                           plan.checks.engine_container, log, checks.read_log)
                     try:
                         with sampling(gpus):
                             measure_alias(engine, alias, protocol, gpus, log, functools.partial(_keep, writer, measured),
-                                          target=target or plan.label)
+                                          target=target or plan.label, served=early.config, window=watched)
+                        watched.apply(measured)
                         checks.finish(measured, [r for r in measured if needs_prompt_cache(r)])
                     except AliasUnreachable as e:
                         writer.flush()

@@ -22,10 +22,25 @@
 # `systemctl start` by hand nor `nixos-rebuild switch` (which starts every unit its targets
 # want) brings the engine back under a running training job. Conflicts= is not used: it works
 # both ways, so starting the engine would stop the training job (docs/fleet.md).
-{ config, lib, pkgs, ... }:
+{ config, options, lib, pkgs, ... }:
 
 let
   inherit (lib) mkOption types;
+
+  # The box side (llmBench.fleetBox): the engines on this machine the proxy must reach.
+  box = config.llmBench.fleetBox;
+  llamaCpp = config.services.llama-cpp;
+  # nixpkgs' services.llama-cpp names its address `settings.host` since NixOS/nixpkgs#528626,
+  # `host` before (see ./llama-cpp.nix).
+  llamaHasSettings = options.services.llama-cpp ? settings;
+  llamaHost = if llamaHasSettings then llamaCpp.settings.host else llamaCpp.host;
+  hasVllm = options.services ? vllm;
+  vllmOn = hasVllm && config.services.vllm.enable;
+  loopback = host: builtins.elem host [ "127.0.0.1" "::1" "localhost" ] || lib.hasPrefix "127." host;
+  # The router's key: LLAMA_API_KEY in its environment file, or `--api-key-file` on its line.
+  llamaKeyed =
+    llamaCpp.environmentFile != null
+    || lib.hasInfix "--api-key-file" (config.systemd.services.llama-cpp.serviceConfig.ExecStart or "");
 
   cfg = config.llmBench.fleet;
   arbiter = config.llmBench.arbiter;
@@ -257,6 +272,26 @@ in
     };
   };
 
+  options.llmBench.fleetBox = {
+    enable = lib.mkEnableOption ''
+      serving this box's engines (the llama.cpp router, and services.vllm when it is on) to
+      the fleet's LiteLLM proxy on another machine: they listen on `listenAddress` instead of
+      127.0.0.1, their port is opened in the firewall, and evaluation fails unless each has an
+      API key kept outside the Nix store (docs/fleet.md, The box side)
+    '';
+
+    listenAddress = mkOption {
+      type = types.str;
+      default = "0.0.0.0";
+      example = "192.168.1.20";
+      description = ''
+        The address the engines listen on (llama.cpp's `--host`, vLLM's `--host`): one the
+        proxy reaches, not a loopback address. A LAN address of the box keeps other networks
+        out; 0.0.0.0 listens on every interface.
+      '';
+    };
+  };
+
   options.llmBench.arbiter = mkOption {
     type = types.attrsOf (
       types.submodule {
@@ -332,7 +367,8 @@ in
 
       services.litellm = {
         enable = true;
-        # nixpkgs declares it without a default; a fleet without keys needs no file.
+        # The reference trees' nixpkgs module declares it without a default (a later text has
+        # `default = null`, which this agrees with); a fleet without keys needs no file.
         environmentFile = lib.mkDefault null;
         settings = {
           model_list = modelList;
@@ -349,6 +385,47 @@ in
       # start (which an offline proxy waits out before it answers).
       systemd.services.litellm.environment.LITELLM_LOCAL_MODEL_COST_MAP = lib.mkDefault "True";
     })
+
+    (lib.mkIf box.enable (
+      lib.mkMerge [
+        {
+          assertions = [
+            {
+              assertion = llamaCpp.enable -> !(loopback llamaHost);
+              message = "llmBench.fleetBox: the llama.cpp router listens on ${llamaHost}, which the fleet's proxy on another machine cannot reach; leave its address to llmBench.fleetBox.listenAddress (services.llama-cpp.${if llamaHasSettings then "settings.host" else "host"} is set elsewhere).";
+            }
+            {
+              assertion = llamaCpp.enable -> llamaKeyed;
+              message = "llmBench.fleetBox: the llama.cpp router would answer anyone on the network without an API key: set services.llama-cpp.environmentFile to a file outside the Nix store holding LLAMA_API_KEY=... (the proxy's side: llmBench.fleet...backends.<box>.apiKeyVariable), or pass api-key-file.";
+            }
+            {
+              assertion = vllmOn -> !(loopback config.services.vllm.settings.host);
+              message = "llmBench.fleetBox: vLLM listens on ${if vllmOn then config.services.vllm.settings.host else ""}, which the fleet's proxy on another machine cannot reach; leave services.vllm.settings.host to llmBench.fleetBox.listenAddress.";
+            }
+            {
+              assertion = vllmOn -> config.services.vllm.environmentFile != null;
+              message = "llmBench.fleetBox: vLLM would answer anyone on the network without an API key: set services.vllm.environmentFile to a file outside the Nix store holding VLLM_API_KEY=....";
+            }
+          ];
+          services.llama-cpp =
+            {
+              openFirewall = lib.mkDefault true;
+            }
+            // (
+              if llamaHasSettings then
+                { settings.host = lib.mkDefault box.listenAddress; }
+              else
+                { host = lib.mkDefault box.listenAddress; }
+            );
+        }
+        (lib.optionalAttrs hasVllm {
+          services.vllm = {
+            settings.host = lib.mkDefault box.listenAddress;
+            openFirewall = lib.mkDefault true;
+          };
+        })
+      ]
+    ))
 
     (lib.mkIf (arbiter != { }) {
       assertions = lib.concatLists (

@@ -122,8 +122,16 @@ class OpenAIClient:
         self._settings: dict[str, Any] = {
             "base_url": self.base_url, "headers": headers,
             "timeout": httpx.Timeout(timeout, connect=10.0, pool=10.0),
-            "limits": httpx.Limits(max_connections=connections, max_keepalive_connections=connections)}
+            "limits": httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+            "event_hooks": {"request": [self._count]}}
+        # Generation requests sent (chat, completion): what a server's own task or request counters are compared
+        # with to find requests it answered that were not ours (llm_bench.interference.requests).
+        self.generations_sent = 0
         self.http = httpx.Client(**self._settings)
+
+    def _count(self, request: httpx.Request) -> None:
+        if request.method == "POST" and "completion" in request.url.path:
+            self.generations_sent += 1
 
     def close(self) -> None:
         self.http.close()

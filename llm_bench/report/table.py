@@ -78,6 +78,8 @@ def verdict_text(v: Verdict | None) -> str:
         return "-"
     if v.kind == BASELINE:
         return BASELINE
+    if v.reason is not None:
+        return f"{v.kind}: {v.reason}"
     if v.low is None or v.high is None:
         return v.kind
     return f"{v.kind} ({v.low:.2f}-{v.high:.2f}x, {v.confidence:.0%})"
@@ -102,7 +104,8 @@ def _roofline(row: Row, _ctx: Context) -> Cell:
 
 
 def _speculation(row: Row) -> Cell:
-    text = speculation(row.record.preset_args)
+    # an OpenAI server has no preset arguments: what it said of itself (record.speculation)
+    text = speculation(row.record.preset_args) if row.record.preset_args else row.record.speculation or "-"
     return Cell(text, {"speculation": None if text == "-" else text})
 
 
