@@ -20,8 +20,12 @@
 # names them and, with `sleepIdleSeconds`, sleep after that long without requests; at most
 # `modelsMax` are loaded at once. The older nixpkgs module asserts that `model` or `modelsDir`
 # is set, so with presets the models directory defaults to an empty directory in the store
-# under both (the router then serves the presets and nothing else; set it to a folder of GGUF
-# files to serve those too).
+# under both. The router then lists the presets, and beside them (b11434) every model in its
+# download cache (LLAMA_CACHE), marked `"source": "cache"`: a preset's own hf-repo download shows
+# up a second time under its repository's name after a restart. A preset (or `"*"`) with
+# `dedup-cache-models = true` hides the cache entries it resolves to; llm-bench measures only
+# the presets unless a cache entry is named. Set `modelsDir` to a folder of GGUF files to serve
+# those too.
 # Downloads (`hf-repo`, `model-url`) go to the state directory /var/lib/llama-cpp
 # (LLAMA_CACHE), which every specialisation shares, so switching builds re-downloads nothing.
 # The newer nixpkgs unit sets LLAMA_CACHE=/var/cache/llama-cpp in serviceConfig.Environment,

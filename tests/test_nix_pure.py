@@ -216,6 +216,7 @@ BAD_DATA = [
     # (preset name, section as Nix, the words the message must contain)
     ("bad\nname", "{ c = 1; }", ['preset "bad\\nname"', "line break"]),
     ("bad]name", "{ c = 1; }", ['preset "bad]name"', "`]`"]),
+    ("qwen:q8", "{ c = 1; }", ['preset "qwen:q8"', "`:`", "quantisation tag", "use `-` instead"]),
     ("p", '{ chat-template = "a\\nb"; }', ['preset "p", key "chat-template"', "line break"]),
     ("p", "{ c = [ 1 2 ]; }", ['preset "p", key "c"', "unsupported value type list"]),
     ("p", "{ c = { x = 1; }; }", ['preset "p", key "c"', "unsupported value type set"]),

@@ -87,7 +87,12 @@ let
     ) "${at}: the name contains `]`, which ends an INI section header"
     ++ lib.optional (
       preset != "" && match "[ \t].*|.*[ \t]" preset != null
-    ) "${at}: the name starts or ends with a blank, which llama-server strips";
+    ) "${at}: the name starts or ends with a blank, which llama-server strips"
+    # common/preset.cpp reads what follows the last `:` as a quantisation tag (owner/repo:Q8_0)
+    # and lists the preset under it upper-cased, so requests for the name would find nothing.
+    ++ lib.optional (
+      preset != "*" && match ".*:.*" preset != null
+    ) "${at}: the name holds `:`, which llama.cpp's router reads as a quantisation tag (it would list the preset under another name, and requests for this one would find nothing); use `-` instead";
 
   keyErrors =
     preset: key:
