@@ -127,6 +127,7 @@ class AliasRecord:
     server_build: str | None = None
     cold_load_s: float | None = None
     load_transitions: list[str] = field(default_factory=list)
+    load_stages_s: dict[str, float] | None = None  # the cold load's stages (llama.cpp's /models/sse), seconds each
     spec: SpecCounters | None = None
     runs: list[RunRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -148,6 +149,9 @@ class AliasRecord:
     context: int | None = None
     server_evidence: list[str] = field(default_factory=list)
     part: Any = None  # the workload's own part (a results.Part), under [aliases.<workload>] in the file
+    # What else ran in the alias's measured window (llm_bench.interference.window): foreign CPU time on the
+    # engine's cores, requests not ours, other GPU processes, clock reasons; ``disturbed`` and by what
+    interference: dict[str, Any] | None = None
 
     @property
     def configuration(self) -> str:

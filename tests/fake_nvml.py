@@ -19,6 +19,12 @@ It follows pynvml's real calls, return types, units and errors (nvidia-ml-py 13.
   returning an event with ``device``, ``eventType``, ``eventData`` (the Xid) or raising
   ``NVML_ERROR_TIMEOUT`` when none is pending, ``nvmlEventSetFree``; ``FakeNvml.raise_xid(index, xid)``
   makes the driver report one;
+- processes holding a GPU (``FakeGpu.processes``) as ``nvmlDeviceGetComputeRunningProcesses`` /
+  ``nvmlDeviceGetGraphicsRunningProcesses`` hand them back: ``nvmlStructToFriendlyObject`` of the real
+  ``c_nvmlProcessInfo_v3_t`` (``.pid``, ``.usedGpuMemory`` in bytes, None where NVML reports it not
+  available); their SM shares as the real ``c_nvmlProcessUtilizationSample_t`` list from
+  ``nvmlDeviceGetProcessUtilization(handle, timeStamp)`` (``NVML_ERROR_NOT_FOUND`` when no sample is newer);
+  ``nvmlSystemGetProcessName(pid)`` as a ``str``; the clock event (throttle) reasons as a bit mask;
 - errors as the real ``pynvml.NVMLError`` subclasses built from NVML return codes.
 
 Any call can be made to fail: ``fail={"nvmlDeviceGetTotalEnergyConsumption": NVML_ERROR_NOT_SUPPORTED}``
@@ -76,6 +82,17 @@ class _EventSet:
 
 
 @dataclass
+class FakeProcess:
+    """A process holding a GPU: a compute (CUDA) one or a graphics one (a desktop), with what NVML reports of it."""
+
+    pid: int
+    used_mib: int | None = 500  # None: NVML reports NVML_VALUE_NOT_AVAILABLE (pynvml hands back None)
+    kind: str = "compute"  # "compute" or "graphics"
+    sm_pct: int | None = None  # its nvmlDeviceGetProcessUtilization share of the SMs; None: no samples
+    name: str = ""  # nvmlSystemGetProcessName (the process's path)
+
+
+@dataclass
 class FakeGpu:
     """An RTX 3090 by default: 24 GiB GDDR6X on a 384-bit bus, NVML max memory clock 9751 MHz."""
 
@@ -107,6 +124,10 @@ class FakeGpu:
     pending_xids: list[int] = field(default_factory=list)
     fail: dict[str, int] = field(default_factory=dict)  # function name -> NVML_ERROR_* code
     energy_since: float | None = None  # wall-clock start of the counter (time.time()), set at init
+    processes: list[FakeProcess] = field(default_factory=list)  # who holds this GPU
+    clock_reasons: int = 0  # nvmlClocksEventReason* bits now (0x4 software power cap, 0x20 thermal, ...)
+    # the driver's per-process utilization samples are stamped with this (microseconds), advancing per read
+    sample_clock_us: int = 1_000_000
 
     def drawn_mw(self) -> int:
         return min(self.draw_mw, self.power_limit_mw)
@@ -284,6 +305,58 @@ class FakeNvml:
                                     bus=handle.pci_bus, device=0, pciDeviceId=0x220410DE,
                                     busId=f"00000000:{handle.pci_bus:02x}:00.0".encode())
 
+    # Processes on the GPU, as pynvml hands them back: nvmlStructToFriendlyObject of a c_nvmlProcessInfo_v3_t
+    # (.pid, .usedGpuMemory in bytes, .gpuInstanceId, .computeInstanceId), usedGpuMemory None where NVML says
+    # NVML_VALUE_NOT_AVAILABLE; an empty list when none (NVML_SUCCESS on the sizing call).
+    def _listed(self, handle: FakeGpu, kind: str) -> list:
+        out = []
+        for p in handle.processes:
+            if p.kind != kind:
+                continue
+            used = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value if p.used_mib is None else p.used_mib * MIB
+            obj = pynvml.nvmlStructToFriendlyObject(pynvml.c_nvmlProcessInfo_v3_t(
+                pid=p.pid, usedGpuMemory=used, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF))
+            if obj.usedGpuMemory == pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value:
+                obj.usedGpuMemory = None
+            out.append(obj)
+        return out
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeGpu) -> list:
+        self._check("nvmlDeviceGetComputeRunningProcesses", handle)
+        return self._listed(handle, "compute")
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: FakeGpu) -> list:
+        self._check("nvmlDeviceGetGraphicsRunningProcesses", handle)
+        return self._listed(handle, "graphics")
+
+    def nvmlDeviceGetProcessUtilization(self, handle: FakeGpu, timeStamp: int) -> list:
+        """c_nvmlProcessUtilizationSample_t (pid, timeStamp, smUtil, memUtil, encUtil, decUtil) newer than
+        timeStamp; NVML_ERROR_NOT_FOUND when there is none (pynvml raises whatever is not INSUFFICIENT_SIZE)."""
+        self._check("nvmlDeviceGetProcessUtilization", handle)
+        handle.sample_clock_us += 100_000
+        samples = [pynvml.c_nvmlProcessUtilizationSample_t(pid=p.pid, timeStamp=handle.sample_clock_us,
+                                                           smUtil=p.sm_pct, memUtil=p.sm_pct, encUtil=0, decUtil=0)
+                   for p in handle.processes if p.sm_pct is not None and handle.sample_clock_us > timeStamp]
+        if not samples:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return samples
+
+    def nvmlSystemGetProcessName(self, pid: int) -> str:
+        self._check("nvmlSystemGetProcessName")
+        for gpu in self.gpus:
+            for p in gpu.processes:
+                if p.pid == pid:
+                    return p.name or f"/usr/bin/process-{pid}"
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: FakeGpu) -> int:
+        self._check("nvmlDeviceGetCurrentClocksEventReasons", handle)
+        return handle.clock_reasons
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: FakeGpu) -> int:
+        self._check("nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+        return handle.clock_reasons
+
     def nvmlDeviceGetIndex(self, handle: FakeGpu) -> int:
         self._check("nvmlDeviceGetIndex", handle)
         return self.gpus.index(handle)
@@ -324,7 +397,8 @@ class FakeNvml:
     def state_from_json(cls, data: dict) -> dict:
         return {"driver": data.get("driver", "580.95.05"), "root": bool(data.get("root", False)),
                 "fail": dict(data.get("fail", {})),
-                "gpus": [FakeGpu(**g) for g in data.get("gpus", [asdict(FakeGpu())])]}
+                "gpus": [FakeGpu(**(g | {"processes": [FakeProcess(**p) for p in g.get("processes", [])]}))
+                         for g in data.get("gpus", [asdict(FakeGpu())])]}
 
 
 class FileBackedFakeNvml(FakeNvml):

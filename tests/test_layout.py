@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "llm_bench"
 
 # Which layer may import which: a module never imports from a layer above its own.
 LAYERS = ["support", "quality", "validation", "prompts", "testbed", "engines", "results", "preset_args", "tables",
-          "gpu", "fingerprint", "provenance", "diagnostics", "workloads", "plan", "runner", "report", "sweep", "boxes",
+          "gpu", "fingerprint", "provenance", "interference", "diagnostics", "workloads", "plan", "runner", "report", "sweep", "boxes",
           "demo", "tune", "soak", "power", "capacity", "failover", "history", "sources", "cli"]
 
 

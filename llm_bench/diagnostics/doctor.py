@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from llm_bench.diagnostics import acceptance, fork, gpu_checks, gpu_errors, log_checks, vllm_evidence
+from llm_bench.diagnostics import acceptance, busy, fork, gpu_checks, gpu_errors, log_checks, vllm_evidence
 from llm_bench.diagnostics.evidence import (
     MARKER,
     detect_fork,
@@ -27,6 +27,7 @@ from llm_bench.diagnostics.findings import ERROR, INFO, WARNING, Finding
 from llm_bench.diagnostics.gpu_errors import KernelLog, PcieWatch
 from llm_bench.diagnostics.server_log import LogSource
 from llm_bench.engines import Engine
+from llm_bench.engines.base import RouterListing
 from llm_bench.engines.errors import ServerError
 from llm_bench.engines.stream import ChatRequest
 from llm_bench.gpu import roofline
@@ -111,7 +112,9 @@ def diagnose(engine: Engine, nvml: Nvml, source: LogSource | None, settings: Doc
     OSError when a config file given cannot be read."""
     files = read_config_files(settings.config_files)
     loaded = engine.loaded_models()
-    findings = gpu_checks.check_vram(nvml.vram_used(), settings.vram_threshold_mib, loaded)
+    # asleep: not probed by default (a probe would wake it: a reload, not what the server is serving now)
+    sleeping = engine.sleeping_models() if isinstance(engine, RouterListing) else []
+    findings = gpu_checks.check_vram(nvml.vram_used(), settings.vram_threshold_mib, loaded, sleeping)
     findings += gpu_checks.check_power_floor(nvml, settings.power_floor_w)
     findings += kernel_findings(nvml, settings)
     xids = nvml.xid_watch()
@@ -125,6 +128,8 @@ def diagnose(engine: Engine, nvml: Nvml, source: LogSource | None, settings: Doc
     presets = router_presets(engine)
     findings += vllm_evidence.check_prefix_caching(config, presets)
     findings += fork.check_fork_control(detect_fork(engine, presets, settings.build, settings.marker), presets)
+    # before the probes: what else runs now, while the server is sent nothing
+    findings += busy.check_busy(busy.look(engine, nvml))
     bandwidth = nvml.memory_bandwidth_gbs(0)
     with PcieWatch(nvml) as pcie:
         for alias in settings.aliases or tuple(loaded):

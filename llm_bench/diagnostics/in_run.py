@@ -137,6 +137,10 @@ class InRunChecks:
             self.log(f"  doctor: could not read the server log from {self.source.describe()}: {e}")
             return None
 
+    def read_log(self) -> str | None:
+        """The server's log as it is now (None where there is none or it cannot be read)."""
+        return self._read()
+
     def start(self) -> None:
         """Before the alias is loaded: remember where its part of the logs begins; watch the GPUs."""
         text = self._read()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llm_bench.interference.window import Limits
 from llm_bench.validation import check_fields
 
 
@@ -21,6 +22,16 @@ class Checks:
     build: str | None = None
     marker: Path = Path("/etc/llama-cpp/active.json")  # the NixOS module's note of the active package
     kernel_log: Path | None = None  # kernel log lines to watch for Xid errors; default: journalctl -k or dmesg
+    # Interference during an alias's measured runs (llm_bench.interference.window; docs/protocol.md): the share
+    # of the engine's cores' time other processes may take, the requests not ours the server may answer, and a
+    # foreign process's share of a GPU's SMs, in percent; above any of them the alias is disturbed
+    foreign_cpu_max: float = field(default=0.10, metadata={"min": 0.0, "max": 1.0})
+    foreign_requests_max: int = field(default=0, metadata={"min": 0})
+    foreign_gpu_max_pct: float = field(default=5.0, metadata={"min": 0.0, "max": 100.0})
+    engine_container: str | None = None  # the engine runs in this docker/podman container (its processes are its own)
 
     def __post_init__(self) -> None:
         check_fields(self)
+
+    def interference_limits(self) -> Limits:
+        return Limits(self.foreign_cpu_max, self.foreign_requests_max, self.foreign_gpu_max_pct)

@@ -7,6 +7,7 @@ without a GPU. A missing library or driver is "unavailable", never a reading of 
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
@@ -68,6 +69,7 @@ def error_code(e: BaseException) -> int | None:
 
 NVML_ERROR_NOT_SUPPORTED = 3  # pynvml.NVML_ERROR_NOT_SUPPORTED
 NVML_ERROR_NO_PERMISSION = 4  # pynvml.NVML_ERROR_NO_PERMISSION
+NVML_ERROR_NOT_FOUND = 6  # pynvml.NVML_ERROR_NOT_FOUND: e.g. no utilization sample since the time stamp given
 NVML_ERROR_TIMEOUT = 10  # pynvml.NVML_ERROR_TIMEOUT: nvmlEventSetWait found no event in time
 EVENT_XID_CRITICAL = 0x8  # pynvml.nvmlEventTypeXidCriticalError
 
@@ -110,6 +112,26 @@ class PcieLink:
     max_width: int | None
     replays: int | None  # nvmlDeviceGetPcieReplayCounter: link-level retransmissions since boot
     busy_pct: int | None  # nvmlDeviceGetUtilizationRates().gpu: idle GPUs downshift their link
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process holding GPU ``index`` (nvmlDeviceGet{Compute,Graphics}RunningProcesses)."""
+
+    index: int
+    pid: int
+    kind: str  # "compute" or "graphics"
+    used_mib: float | None  # None where NVML cannot say (it reports "not available")
+
+
+@dataclass(frozen=True)
+class ProcessUtilization:
+    """One nvmlDeviceGetProcessUtilization sample: a process's share of GPU ``index``'s SMs, in percent."""
+
+    index: int
+    pid: int
+    t_us: int  # NVML's time stamp (microseconds)
+    sm_pct: int
 
 
 @dataclass(frozen=True)
@@ -391,6 +413,60 @@ class Nvml:
             return XidWatch(None, [])
         return XidWatch(self._lib, [self._handle(i) for i in range(self.count())])
 
+    # --- who else is on the GPU (issue 55: interference during the measured runs) ---
+
+    def gpu_processes(self) -> tuple[list[GpuProcess], str | None]:
+        """Every process holding a GPU, compute (CUDA) and graphics (a desktop, a game), with its memory where
+        NVML reports it; the second value says why a listing failed (the list then has what could be read)."""
+        out: list[GpuProcess] = []
+        why: list[str] = []
+        for i, h in self._handles():
+            for kind, fn in (("compute", "nvmlDeviceGetComputeRunningProcesses"),
+                             ("graphics", "nvmlDeviceGetGraphicsRunningProcesses")):
+                listed, error = self._read(fn, functools.partial(_call_with, h))
+                if error is not None:
+                    why.append(f"GPU{i}: {error}")
+                    continue
+                for p in listed or ():
+                    used = getattr(p, "usedGpuMemory", None)  # None: NVML cannot say (pynvml maps its N/A)
+                    out.append(GpuProcess(i, int(p.pid), kind, None if used is None else used / MIB))
+        if not self.available:
+            why.append(self.unavailable or "NVML is not initialised")
+        return out, "; ".join(why) or None
+
+    def process_name(self, pid: int) -> str | None:
+        """NVML's name of a process (a full path), for a pid this machine's /proc does not show (a container)."""
+        value, _ = self.query_system_arg("nvmlSystemGetProcessName", pid)
+        return None if value is None else _text(value)
+
+    def query_system_arg(self, fn: str, *args: Any) -> tuple[Any, str | None]:
+        return self._read(fn, lambda call: call(*args))
+
+    def clock_event_reasons(self, index: int) -> tuple[int | None, str | None]:
+        """Why GPU ``index``'s clocks are held down now (a bit mask of nvmlClocksEventReason*): the newer call,
+        else its deprecated name, which older drivers have."""
+        value, why = self.query("nvmlDeviceGetCurrentClocksEventReasons", index)
+        if value is None:
+            value, older = self.query("nvmlDeviceGetCurrentClocksThrottleReasons", index)
+            why = None if value is not None else f"{why}; {older}"
+        return (None, why) if value is None else (int(value), None)
+
+    def process_utilization(self, index: int, since_us: int) -> tuple[list[ProcessUtilization], str | None]:
+        """Per-process SM utilization samples of GPU ``index`` newer than ``since_us`` (NVML's microsecond time
+        stamps; 0: what the driver still holds). No sample in that span is an empty list, not an error."""
+        if not self.available:
+            return [], self.unavailable or "NVML is not initialised"
+        try:
+            samples = self._lib.nvmlDeviceGetProcessUtilization(self._handle(index), since_us)
+        except AttributeError:
+            return [], "nvmlDeviceGetProcessUtilization is not in this NVML library (too old a pynvml)"
+        except Exception as e:
+            code = error_code(e)
+            if code is None:
+                raise
+            return [], None if code == NVML_ERROR_NOT_FOUND else f"nvmlDeviceGetProcessUtilization: {e}"
+        return [ProcessUtilization(index, int(s.pid), int(s.timeStamp), int(s.smUtil)) for s in samples], None
+
     def set_power_limit(self, index: int, watts: float) -> None:
         """Set one GPU's power limit (needs root); raises PowerLimitError with the reason."""
         try:
@@ -417,6 +493,10 @@ def memory_bandwidth_gbs(max_mem_clock_mhz: float | None, bus_width_bits: float 
     if not max_mem_clock_mhz or not bus_width_bits:
         return None
     return max_mem_clock_mhz * 1e6 * 2 * bus_width_bits / 8 / 1e9
+
+
+def _call_with(handle: Any, call: Any) -> Any:
+    return call(handle)
 
 
 def _float(value: Any) -> float | None:

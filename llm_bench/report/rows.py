@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from llm_bench.interference.window import disturbance
 from llm_bench.preset_args import preset_facts
 from llm_bench.report.backends import split_by_backend
 from llm_bench.report.verdict import Verdict, verdict
@@ -115,5 +116,15 @@ def verdict_of(row: Row, baseline: Row, min_effect: float | None = None) -> Verd
     if row is baseline or row.configuration == baseline.configuration:
         return Verdict(BASELINE, 1.0, None, None, None, v.n_candidate, v.n_baseline)
     if row.record.errors or not row.record.comparable or not baseline.record.comparable:
-        return Verdict(NOT_COMPARABLE, v.ratio, v.low, v.high, v.confidence, v.n_candidate, v.n_baseline)
+        return Verdict(NOT_COMPARABLE, v.ratio, v.low, v.high, v.confidence, v.n_candidate, v.n_baseline,
+                       reason=disturbed_reason(row, baseline))
     return v
+
+
+def disturbed_reason(row: Row, baseline: Row) -> str | None:
+    """``disturbed by ...`` when the row's measured window, or the baseline's, had something else running."""
+    own = disturbance(row.record)
+    if own is not None:
+        return own
+    base = disturbance(baseline.record)
+    return None if base is None else f"the baseline {baseline.configuration} was {base}"

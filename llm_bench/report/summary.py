@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from llm_bench.interference.window import disturbance
 from llm_bench.report.rows import (
     base_for,
     sort_fastest_first,
@@ -37,7 +38,9 @@ def _against(rows: Sequence[Row], baseline: Row, min_effect: float | None) -> di
 def summary_sections(rows: Sequence[Row], baseline: Row | None, failures: dict[str, str] | None = None,
                      min_effect: float | None = None) -> list[Section]:
     head: list[str] = []
-    measured = [r for r in speed_rows(rows) if r.decode_tps is not None and not r.record.errors]
+    # a disturbed window is never the fastest (llm_bench.interference)
+    measured = [r for r in speed_rows(rows) if r.decode_tps is not None and not r.record.errors
+                and disturbance(r.record) is None]
     by_engine: dict[str, Row] = {}
     for row in sort_fastest_first(measured):
         by_engine.setdefault(row.engine, row)

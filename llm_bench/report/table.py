@@ -78,6 +78,8 @@ def verdict_text(v: Verdict | None) -> str:
         return "-"
     if v.kind == BASELINE:
         return BASELINE
+    if v.reason is not None:
+        return f"{v.kind}: {v.reason}"
     if v.low is None or v.high is None:
         return v.kind
     return f"{v.kind} ({v.low:.2f}-{v.high:.2f}x, {v.confidence:.0%})"

@@ -60,8 +60,12 @@ class Verdict:
     confidence: float | None
     n_candidate: int
     n_baseline: int
+    # why no verdict is given on these runs ("disturbed by ..."); a verdict with one is never faster or slower
+    reason: str | None = None
 
     def describe(self) -> str:
+        if self.reason is not None:
+            return f"{self.kind}: {self.reason}"
         if self.ratio is None:
             return self.kind
         if self.low is None or self.high is None:
