@@ -142,7 +142,7 @@ def test_run_every_workload_records_speculation_context_acceptance_and_cache_hit
     assert drafting and all(len(r.spec.accepted_per_position) == 3 for r in drafting)
     total = metrics_after.minus(metrics_before)
     assert sum(r.spec.draft_tokens for r in drafting) <= total.draft_tokens  # the warm-ups draft too
-    assert total.draft_tokens == 3 * total.drafts  # n-gram proposes 3 whenever it drafts
+    assert total.drafts < total.draft_tokens <= 3 * total.drafts  # at most 3 a round (fewer near max_tokens)
     for r in drafting:
         rates = r.spec.per_position_rates
         assert all(a >= b for a, b in zip(rates, rates[1:], strict=False))  # a later position needs the earlier
