@@ -30,13 +30,16 @@ from llm_bench.engines import LlamaCppEngine, select_models
 from llm_bench.engines.metrics import LLAMA_CPP_PREFIX, SpecCounters, parse_prometheus, spec_counters
 from llm_bench.engines.switch import RouterSide, free_gpu, reload_models
 from llm_bench.gpu.nvml import Nvml, VramReading
+from llm_bench.gpu.roofline import acceptance_length
 from llm_bench.history.points import config_args
 from llm_bench.plan import Plan, Protocol
+from llm_bench.results import AliasRecord
 from llm_bench.runner import run_plan
 from llm_bench.support.poll import poll_until
 from llm_bench.testbed.presets import PresetError, render_presets_ini
 from llm_bench.testbed.router import RouterProcess, start_router
 from llm_bench.testbed.tiny_gguf import TinyModelSpec, write_tiny_model
+from llm_bench.workloads import PARTS
 from tests.commands import invoke, only_file
 from tests.fake_nvml import FakeGpu, FakeNvml
 
@@ -147,6 +150,9 @@ def test_llama_cpp_counts_draft_rounds_and_per_position_acceptance(box: Box, run
     assert sum(per_position) == pytest.approx(drafted["draft_n_accepted"] / rounds)
     plain = next(a for a in data["aliases"] if a["alias"] == "tiny-plain")
     assert "draft_rounds" not in plain
+    # the roofline multiplies by the measured length (here every round drafts all DRAFT_MAX tokens, so its
+    # 1 + rate x N estimate would agree; with a drafter that stops early it is higher)
+    assert acceptance_length(AliasRecord.from_toml(drafted, PARTS)) == pytest.approx(drafted["mean_acceptance_length"])
 
 
 def test_the_metrics_page_names_the_families(box: Box) -> None:

@@ -1,4 +1,4 @@
-"""`llm-bench failover` through the real LiteLLM proxy (1.80.0) in front of two real llama-server routers
+"""`llm-bench failover` through the real LiteLLM proxy (1.100.1) in front of two real llama-server routers
 on loopback: the primary is stopped by a shell command that signals its real process and started again
 by one that starts it on its port. The figures are checked against when the commands actually ran and
 against each router's own log of the requests it served."""
@@ -143,8 +143,13 @@ def test_failover_through_the_real_proxy(box1: Box, router_factory, proxy_factor
     box1_logs = [box1.logs[0], box1.start_log]
     at_the_stop = sum(1 for r in requests if r["ok"] and r["backend"] == primary
                       and stop["started_s"] <= r["done_s"] <= stop["ended_s"] + 1.0)
-    assert mine[primary] - at_the_stop <= sum(chat_requests_served(log) for log in box1_logs) <= mine[primary]
-    assert chat_requests_served(box2.log_path) == mine[fallback]
+    # LiteLLM 1.100.1 falls back mid-stream (router.py, stream_with_fallbacks): a stream that broke at box1's
+    # stop before its first token is finished by box2, under the headers box1's attempt had sent. So box2 may
+    # have served the one request in flight at the stop that the proxy's header attributes to box1.
+    midstream = chat_requests_served(box2.log_path) - mine[fallback]
+    assert midstream in (0, 1), (midstream, mine)
+    served_by_box1 = sum(chat_requests_served(log) for log in box1_logs)
+    assert mine[primary] - at_the_stop - midstream <= served_by_box1 <= mine[primary] - midstream
     # Nothing answered while box1 was dead (after the stop command returned, before the start command) was
     # answered by it; a request sent just before the start may still reach it after LiteLLM's back-off.
     down = [r for r in requests if r["ok"] and stop["ended_s"] <= r["sent_s"] and r["done_s"] < start["started_s"]]

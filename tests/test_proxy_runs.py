@@ -1,4 +1,4 @@
-"""`llm-bench run --engine openai` through the real LiteLLM proxy (1.80.0) in front of two real llama-server
+"""`llm-bench run --engine openai` through the real LiteLLM proxy (1.100.1) in front of two real llama-server
 routers that share one model group: every run names the backend that answered (checked against each
 router's own log of the requests it served), the report splits the configuration per backend, and every
 prompt is processed whole on whichever backend it reached (the routers' own prompt counts)."""
