@@ -2,8 +2,9 @@
 proven on the server whose behaviour they read.
 
 One server for the module (n-gram drafting spelled ``-sc``, compilation off spelled ``-O0``, a 2,048-token
-context, an API key), shared by every test here but the kill test, which starts its own (a draft model spelled
-``--spec-model``/``--spec-tokens``, and ``--enforce-eager``) and kills it mid-run. The other spellings of
+context, an API key), shared by every test here; tests/test_vllm_killed.py starts another (a draft model spelled
+``--spec-model``/``--spec-tokens``, and ``--enforce-eager``) and kills it mid-run, in a module of its own so that
+the two never share the two cores. The other spellings of
 speculation and of compilation off are checked against the real server's own argument parser instead of a
 server each: CPU vLLM takes about 40 s to start, and what llm-bench reads is the command line.
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
 import time
 import tomllib
 from collections.abc import Iterator
@@ -38,7 +38,8 @@ from llm_bench.gpu.nvml import Nvml
 from llm_bench.plan import ApiKeySource, Plan, Protocol
 from llm_bench.quality.divergence import compare
 from llm_bench.results import AliasRecord, load_results
-from llm_bench.runner import RunAborted, run_plan
+from llm_bench.runner import run_plan
+from llm_bench.support.poll import poll_until
 from llm_bench.testbed.vllm_server import VllmProcess, start_vllm
 from llm_bench.workloads import PARTS
 from llm_bench.workloads.concurrency import level_of
@@ -141,14 +142,15 @@ def test_run_every_workload_records_speculation_context_acceptance_and_cache_hit
     assert drafting and all(len(r.spec.accepted_per_position) == 3 for r in drafting)
     total = metrics_after.minus(metrics_before)
     assert sum(r.spec.draft_tokens for r in drafting) <= total.draft_tokens  # the warm-ups draft too
-    assert total.draft_tokens == 3 * total.drafts  # n-gram proposes 3 whenever it drafts
+    assert total.drafts < total.draft_tokens <= 3 * total.drafts  # at most 3 a round (fewer near max_tokens)
     for r in drafting:
         rates = r.spec.per_position_rates
         assert all(a >= b for a, b in zip(rates, rates[1:], strict=False))  # a later position needs the earlier
     # defect 4: the log's lines of the same span against the run's counters: they agree, or the finding says why
     accepted = sum(r.spec.accepted_tokens for r in drafting)
-    lines = spec_log_lines(vllm.log())
-    assert lines, "vLLM logged no SpecDecoding line"
+    # the run's last interval is logged at the next tick (2 s here): wait for it, on a server that drafted nothing before
+    lines = poll_until(lambda: spec_log_lines(vllm.log()) or None, timeout=10, interval=0.5)
+    assert lines, "vLLM logged no SpecDecoding line within 10 s of the run"
     said = [w for r in records for w in r.warnings if "acceptance-log" in w]
     if accepted:
         assert not [w for w in said if "accepts none" in w]
@@ -168,6 +170,9 @@ def test_counters_and_log_lines_of_one_span_agree_or_say_why(vllm: VllmProcess) 
     compares them only where they disagree about the trap, and says why."""
     engine = OpenAIEngine(vllm.url, timeout=120, api_key=KEY)
     try:
+        # what an earlier test drafted is logged at the next tick of the 2-s interval: let it be logged first
+        # (else its line, logged after the mark, covers drafts before it: exactly how the two windows differ)
+        time.sleep(2.5)
         mark = len(vllm.log())
         before = engine.spec_counters("smol")
         for _ in range(2):
@@ -313,62 +318,3 @@ def test_every_spelling_reads_as_the_real_parser_reads_it(vllm_python: Path, vll
             for key in ("method", "num_speculative_tokens"):
                 assert ours.get(key) == real["spec"].get(key), (argv, key, ours, real)
         assert (compilation_off(line) is not None) == real["off"], (argv, compilation_off(line), real)
-
-
-# --- killed mid-run -------------------------------------------------------------------------------------------
-
-def test_a_drafting_vllm_killed_mid_run_ends_it_clearly_and_keeps_the_finished_runs(
-        vllm_python: Path, vllm_model: Path, tmp_path: Path) -> None:
-    """Its own server, drafting with a draft model (SmolLM2 drafts for itself: CPU vLLM runs one), spelled with
-    the shorthands --spec-model and --spec-tokens, and --enforce-eager: read as such (the method from the log's
-    config line, which names what the command line leaves to vLLM), acceptance per position from /metrics,
-    then killed while the standard workload runs: the run ends with a clear error, and the results file holds
-    the runs finished before."""
-    server = start_vllm(vllm_python, vllm_model, log_path=tmp_path / "killed.log",
-                        args=["--spec-model", str(vllm_model), "--spec-tokens", "2", "--enforce-eager",
-                              "--max-model-len", "512"])
-    try:
-        [line] = [line for line in vllm_command_lines() if f"--port {server.port}" in line]
-        config = vllm_config([line], None, None, server.log())
-        assert config.speculation == "draft_model n=2" and config.drafts_from_context is False
-        assert config.eager and config.eager.startswith("--enforce-eager")
-        assert vllm_config([line]).speculation == "on n=2"  # the command line alone names no method
-        plan = Plan(url=server.url, engine="openai", output_dir=tmp_path / "out",
-                    checks=Checks(log_file=server.log_path), protocol=Protocol(runs=50, max_tokens=24))
-        outcome: dict[str, BaseException | None] = {}
-
-        def run() -> None:
-            try:
-                run_plan(plan, lambda m: None, nvml=Nvml(FakeNvml()))
-                outcome["error"] = None
-            except BaseException as e:  # noqa: BLE001 - handed to the test's thread
-                outcome["error"] = e
-
-        thread = threading.Thread(target=run)
-        thread.start()
-        deadline = time.monotonic() + 120
-
-        def answered() -> float:  # the warm-up and the runs vLLM has finished
-            text = httpx.get(f"{server.url}/metrics").text
-            return sum(s.value for s in parse_prometheus(text) if s.name == "vllm:request_success_total")
-
-        while answered() < 3 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert answered() >= 3
-        drafted = spec_counters(parse_prometheus(httpx.get(f"{server.url}/metrics").text), "smol")
-        assert drafted is not None and drafted.drafts and len(drafted.accepted_per_position) == 2
-        assert drafted.accepted_tokens == sum(drafted.accepted_per_position)  # each accepted token has a position
-        server.process.kill()  # the API server only: its engine goes with it
-        thread.join(120)
-    finally:
-        server.stop()
-    # The API server killed mid-stream breaks the stream (the alias ends with that error, and the run with it); killed
-    # between two requests, the next finds no server (the run is aborted, naming its results file). Either way the
-    # runs finished before are in the file, beside a clear error.
-    error = outcome.get("error")
-    assert error is None or (isinstance(error, RunAborted) and "results so far are in" in str(error)), error
-    [path] = (tmp_path / "out").glob("*.toml")
-    [record] = load_results(path, PARTS).aliases
-    assert len(record.runs) >= 2 and record.errors, record
-    assert any(word in record.errors[-1] for word in ("stream", "connect", "reach")), record.errors
-    assert (record.speculation, record.context) == ("draft_model n=2", 512)
