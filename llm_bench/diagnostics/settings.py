@@ -28,6 +28,9 @@ class Checks:
     foreign_cpu_max: float = field(default=0.10, metadata={"min": 0.0, "max": 1.0})
     foreign_requests_max: int = field(default=0, metadata={"min": 0})
     foreign_gpu_max_pct: float = field(default=5.0, metadata={"min": 0.0, "max": 100.0})
+    # re-measure the run's first alias (standard workload) after the last, so that a machine that slowed down
+    # (or sped up) during the run is told from a slower preset: one alias's load and runs more per run
+    drift: bool = False
     engine_container: str | None = None  # the engine runs in this docker/podman container (its processes are its own)
 
     def __post_init__(self) -> None:
