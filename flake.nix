@@ -4,11 +4,15 @@
   inputs = {
     nixpkgs.url = "github:NixOS/nixpkgs/nixos-unstable";
 
-    # The llamAmpere release (a tag the fork publishes). Its lock entry is written by
-    # `nix flake lock` on a machine with the network (after changing the ref:
-    # `nix flake lock --update-input llamampere`); to try another one without editing, add
-    # `--override-input llamampere <another flake reference>` (docs/nixos.md, The llamAmpere source). The
-    # package's version and revision come from the input itself (pkgs/llamampere-version.nix).
+    # The llamAmpere release (a tag the fork publishes). v0.5.1 is the newest release whose
+    # tag this project could see (its release notes, docs/llamampere-v0.5.1); the report
+    # measured v0.5.5, whose tag could not be checked from where this was written (no access
+    # to GitHub), so it is not pinned blind: try it with
+    # `--override-input llamampere github:JakeATX/llamAmpere/v0.5.5`. flake.lock has no entry
+    # for this input yet (writing one needs the network): the first `nix` command in a clone
+    # adds it to flake.lock (a changed file), and CI's `nix flake lock` job writes it for
+    # committing (.github/workflows/nix.yml). The package's version and revision come from
+    # the input itself (pkgs/llamampere-version.nix). docs/nixos.md, The llamAmpere source.
     llamampere.url = "github:JakeATX/llamAmpere/v0.5.1";
     llamampere.flake = false;
   };
@@ -45,9 +49,13 @@
           lastModifiedDate = llamampere.lastModifiedDate or null;
         }).version;
 
-      # The CUDA builds of the engines: hours each, and in no binary cache (nixpkgs' CUDA
-      # llama-cpp is unfree, so cache.nixos.org has it not). Not in `checks`; a CI job builds
-      # `cuda-engines` and pushes it to a cache the machines use.
+      # The CUDA builds of the engines, as the modules build them from the same nixpkgs (so,
+      # with `inputs.nixpkgs.follows` in the machine's flake and the same nixpkgs config, the
+      # same store paths): an hour or more each, and nixpkgs' CUDA llama-cpp is unfree, so
+      # cache.nixos.org has it not. Not in `checks`. Nothing here pushes them to a cache: build
+      # them where you like (`nix build .#cuda-engines`, or the machine itself on another host
+      # with `nixos-rebuild --build-host`) and `nix copy` them to the machine or a cache you
+      # run (docs/nixos.md, The first rebuild).
       cudaEngines = {
         llama-cpp-cuda = pkgs.llama-cpp-cuda or (pkgs.llama-cpp.override { cudaSupport = true; });
         inherit (self.packages.${system}) llama-cpp-fa86 llamampere;

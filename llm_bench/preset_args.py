@@ -97,9 +97,12 @@ DRAFT_MODEL_LABEL = "draft model"
 # vLLM's speculative decoding, another server's vocabulary kept beside llama.cpp's so that this stays the one
 # place that names a speculative flag: diagnostics/vllm_evidence.py reads vLLM's command lines and files by
 # these (argparse takes either word separator).
-VLLM_SPEC_CONFIG = ("--speculative-config", "--speculative_config")
+VLLM_SPEC_CONFIG = ("--speculative-config", "--speculative_config", "-sc")  # JSON, or dotted: -sc.method ngram
 VLLM_SPEC_MODEL = ("--speculative-model", "--speculative_model")  # vLLM before --speculative-config
-VLLM_SPECULATION = (*VLLM_SPEC_CONFIG, *VLLM_SPEC_MODEL)
+# vLLM 0.32's shorthands for three keys of the config (EngineArgs.create_speculative_config)
+VLLM_SPEC_KEYS = {"method": ("--spec-method", "--spec_method"), "model": ("--spec-model", "--spec_model"),
+                  "num_speculative_tokens": ("--spec-tokens", "--spec_tokens")}
+VLLM_SPECULATION = (*VLLM_SPEC_CONFIG, *VLLM_SPEC_MODEL, *(flag for flags in VLLM_SPEC_KEYS.values() for flag in flags))
 
 
 def parse_args(args: Sequence[str]) -> dict[str, str]:

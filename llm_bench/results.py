@@ -127,6 +127,7 @@ class AliasRecord:
     server_build: str | None = None
     cold_load_s: float | None = None
     load_transitions: list[str] = field(default_factory=list)
+    load_stages_s: dict[str, float] | None = None  # the cold load's stages (llama.cpp's /models/sse), seconds each
     spec: SpecCounters | None = None
     runs: list[RunRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -142,6 +143,11 @@ class AliasRecord:
     precision_reached: float | None = None
     stopped_by: str | None = None
     thinking: str | None = None  # the protocol's thinking when it was not "off" (the table's notes say so)
+    # An OpenAI server's own account where no preset arguments give it (diagnostics.in_run.describe_served):
+    # its speculation ("ngram n=3", the first word vLLM's method), its context, and where each was read.
+    speculation: str | None = None
+    context: int | None = None
+    server_evidence: list[str] = field(default_factory=list)
     part: Any = None  # the workload's own part (a results.Part), under [aliases.<workload>] in the file
     # What else ran in the alias's measured window (llm_bench.interference.window): foreign CPU time on the
     # engine's cores, requests not ours, other GPU processes, clock reasons; ``disturbed`` and by what

@@ -15,14 +15,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from llm_bench.diagnostics.evidence import marker_package, read_marker
-from llm_bench.diagnostics.in_run import InRunChecks, before_the_run
+from llm_bench.diagnostics.in_run import InRunChecks, before_the_run, describe_served
+from llm_bench.diagnostics.vllm_evidence import ServerConfig
 from llm_bench.engines import Engine, open_engine, select_models
+from llm_bench.engines.base import RouterListing
 from llm_bench.engines.errors import ServerError, ServerUnreachable
 from llm_bench.fingerprint import Sources
 from llm_bench.gpu.nvml import Nvml, VramReading
 from llm_bench.gpu.telemetry import sampling
 from llm_bench.interference.watch import AliasWindow
 from llm_bench.plan import Plan, Protocol
+from llm_bench.preset_args import is_speculative
 from llm_bench.provenance import provenance, server_build
 from llm_bench.results import FORMAT, AliasRecord, ResultSet, ResultsWriter, results_stem
 from llm_bench.support.progress import progress
@@ -90,7 +93,7 @@ def check_vram(record: AliasRecord, reading: VramReading, protocol: Protocol) ->
 
 
 def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Log, keep: Keep,
-                  target: str = "", window: Window | None = None) -> None:
+                  target: str = "", served: ServerConfig | None = None, window: Window | None = None) -> None:
     """Every workload of the protocol for one alias, each record to ``keep`` as it finishes (the alias's
     base record when nothing else was measured); a failure ends the alias, not the run. Ctrl-C ends it (the
     KeyboardInterrupt goes on) with what was measured kept, the finished runs of the workload it stopped
@@ -105,7 +108,7 @@ def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, lo
 
     stop: KeyboardInterrupt | None = None
     try:
-        _measure(engine, alias, protocol, nvml, log, base, kept, window)
+        _measure(engine, alias, protocol, nvml, log, base, kept, served, window)
         if not records:
             kept(base)
     except KeyboardInterrupt as e:  # the workload's records are kept, the one it stopped with marked interrupted
@@ -125,7 +128,7 @@ def measure_alias(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, lo
 
 
 def _measure(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Log, base: AliasRecord,
-             keep: Keep, window: Window | None = None) -> None:
+             keep: Keep, served: ServerConfig | None = None, window: Window | None = None) -> None:
     """measure_alias's steps, each record to ``keep`` as it finishes (a failure's own record too)."""
     current = STANDARD.name  # the workload a failure is recorded against
     try:
@@ -133,6 +136,10 @@ def _measure(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Lo
         reading = nvml.vram_used()
         log(f"  VRAM in use before load: {describe_vram(reading)}")
         check_vram(base, reading, protocol)
+        if not base.comparable and isinstance(engine, RouterListing) and (asleep := engine.sleeping_models()):
+            # not another process: the router's own sleeping instances, each keeping its GPU context
+            base.not_comparable_reason = (f"{base.not_comparable_reason} (the router has {', '.join(asleep)} "
+                                          "asleep: a process each, keeping its GPU context; unload it first)")
         if not base.comparable:
             log(f"  NOT COMPARABLE: {base.not_comparable_reason}")
             if protocol.strict:
@@ -146,11 +153,16 @@ def _measure(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Lo
         if cold:
             base.cold_load_s = warmup.ttft_s
             base.load_transitions = transitions
+            base.load_stages_s = (engine.load_stages() or None) if isinstance(engine, RouterListing) else None
             log(f"  Cold load (warm-up to first token): {warmup.ttft_s:.2f} s"
-                + (f"  [{' -> '.join(transitions)}]" if transitions else ""))
+                + (f"  [{' -> '.join(transitions)}]" if transitions else "")
+                + (f"; of it {', '.join(f'{k} {v:.2f} s' for k, v in base.load_stages_s.items())}"
+                   if base.load_stages_s else ""))
         else:
             log(f"  Warm-up: first token after {warmup.ttft_s:.2f} s (the server keeps its model loaded)")
         base.preset_args, base.server_build = engine.describe(alias)
+        check_speculation(engine, alias, base, log)
+        describe_served(engine, alias, base, served)  # an OpenAI server: what it says of itself
 
         if window is not None:
             window.opened()  # just before the first measured request
@@ -175,6 +187,20 @@ def _measure(engine: Engine, alias: str, protocol: Protocol, nvml: Nvml, log: Lo
         failed.errors.append(f"llm-bench failed unexpectedly ({type(e).__name__}: {e}); please report this")
         keep(failed)
         log(f"  FAILED: {failed.errors[-1]}")
+
+
+def check_speculation(engine: Engine, alias: str, record: AliasRecord, log: Log) -> None:
+    """What the instance has in effect (llama.cpp's /slots), against what its preset asks for: a preset that
+    drafts and an instance that runs none (a drafter it could not use) measures plain decoding."""
+    if not isinstance(engine, RouterListing):
+        return
+    in_effect = engine.speculation(alias)
+    if in_effect is None:
+        return
+    log(f"  Speculation in effect (/slots): {in_effect}")
+    if in_effect == "none" and is_speculative(record.preset_args):
+        record.warnings.append("the preset asks for speculative decoding, but the instance runs none "
+                               "(its /slots say so): this measures plain decoding")
 
 
 def _release(engine: Engine, alias: str, records: list[AliasRecord], log: Log) -> bool | None:
@@ -239,7 +265,7 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
                          metrics_key=plan.metrics_key)
     try:
         with nvml or Nvml() as gpus:
-            aliases = [a for a in select_models(engine, plan.aliases) if not skip(a)]
+            aliases = [a for a in select_models(engine, plan.aliases, log) if not skip(a)]
             early = before_the_run(engine, aliases, plan.checks, log)
             writer = ResultsWriter(plan.output_dir, ResultSet(run_meta(plan, engine, gpus, started_at, sources)),
                                    results_stem(started_at, plan.label or "run"))
@@ -258,7 +284,7 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
                     try:
                         with sampling(gpus):
                             measure_alias(engine, alias, protocol, gpus, log, functools.partial(_keep, writer, measured),
-                                          target=target or plan.label, window=watched)
+                                          target=target or plan.label, served=early.config, window=watched)
                         watched.apply(measured)
                         checks.finish(measured, [r for r in measured if needs_prompt_cache(r)])
                     except AliasUnreachable as e:

@@ -59,6 +59,22 @@ let
   # An engine's own presets over the base ones, key by key (or alone).
   presetsOf = e: lib.recursiveUpdate (if e.inheritBasePresets then cfg.presets else { }) e.presets;
 
+  # The stock engine for `cudaCapabilities`: only its CMake architectures change (the recipe
+  # passes nixpkgs' list as CMAKE_CUDA_ARCHITECTURES, "86" for "8.6").
+  dropCmakeFlags = import ../pkgs/lib/drop-cmake-flags.nix { inherit lib; };
+  forCapabilities =
+    package:
+    if cfg.cudaCapabilities == null then
+      package
+    else
+      package.overrideAttrs (old: {
+        cmakeFlags = dropCmakeFlags [ "CMAKE_CUDA_ARCHITECTURES" ] (old.cmakeFlags or [ ]) ++ [
+          (lib.cmakeFeature "CMAKE_CUDA_ARCHITECTURES" (
+            lib.concatMapStringsSep ";" (lib.replaceStrings [ "." ] [ "" ]) cfg.cudaCapabilities
+          ))
+        ];
+      });
+
   pinnedSource = types.submodule {
     options = {
       repo = mkOption {
@@ -182,6 +198,22 @@ in
       '';
     };
 
+    cudaCapabilities = mkOption {
+      type = types.nullOr (types.nonEmptyListOf (types.strMatching "[0-9]+\\.[0-9]+[af]?"));
+      default = null;
+      example = [ "8.6" ];
+      description = ''
+        The CUDA capabilities the stock engine is compiled for, as nixpkgs spells them
+        (`"8.6"` is the RTX 3090). null keeps nixpkgs' own list (every capability its CUDA
+        release supports): the very package nixpkgs builds, which a binary cache of nixpkgs'
+        CUDA packages can serve, and the longest build when none does. `[ "8.6" ]` compiles the
+        kernels once instead of once per capability, a much shorter first build (docs/nixos.md,
+        The first rebuild), for a package no public cache holds. It changes only this engine's
+        CMAKE_CUDA_ARCHITECTURES, not `nixpkgs.config.cudaCapabilities`, which would rebuild
+        every CUDA package of the system. fa86 and llamampere are always built for 8.6 alone.
+      '';
+    };
+
     default = mkOption {
       type = types.enum engineNames;
       default = "stock";
@@ -246,7 +278,7 @@ in
       # holds it serves this engine.
       package = lib.mkDefault (
         if cfg.cuda then
-          pkgs.llama-cpp-cuda or (pkgs.llama-cpp.override { cudaSupport = true; })
+          forCapabilities (pkgs.llama-cpp-cuda or (pkgs.llama-cpp.override { cudaSupport = true; }))
         else
           pkgs.llama-cpp
       );

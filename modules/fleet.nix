@@ -22,10 +22,25 @@
 # `systemctl start` by hand nor `nixos-rebuild switch` (which starts every unit its targets
 # want) brings the engine back under a running training job. Conflicts= is not used: it works
 # both ways, so starting the engine would stop the training job (docs/fleet.md).
-{ config, lib, pkgs, ... }:
+{ config, options, lib, pkgs, ... }:
 
 let
   inherit (lib) mkOption types;
+
+  # The box side (llmBench.fleetBox): the engines on this machine the proxy must reach.
+  box = config.llmBench.fleetBox;
+  llamaCpp = config.services.llama-cpp;
+  # nixpkgs' services.llama-cpp names its address `settings.host` since NixOS/nixpkgs#528626,
+  # `host` before (see ./llama-cpp.nix).
+  llamaHasSettings = options.services.llama-cpp ? settings;
+  llamaHost = if llamaHasSettings then llamaCpp.settings.host else llamaCpp.host;
+  hasVllm = options.services ? vllm;
+  vllmOn = hasVllm && config.services.vllm.enable;
+  loopback = host: builtins.elem host [ "127.0.0.1" "::1" "localhost" ] || lib.hasPrefix "127." host;
+  # The router's key: LLAMA_API_KEY in its environment file, or `--api-key-file` on its line.
+  llamaKeyed =
+    llamaCpp.environmentFile != null
+    || lib.hasInfix "--api-key-file" (config.systemd.services.llama-cpp.serviceConfig.ExecStart or "");
 
   cfg = config.llmBench.fleet;
   arbiter = config.llmBench.arbiter;
@@ -160,9 +175,13 @@ let
     "api_key"
   ];
 
-  # LiteLLM 1.80 treats allowed_fails equal to its default (3) as not set, and then never
-  # cools down a group's only deployment on a 5xx or a refused connection.
+  # LiteLLM treats allowed_fails equal to its default (3) as not set, and then never cools down a
+  # group's only deployment on a 5xx or a refused connection (router_utils/cooldown_handlers.py,
+  # _is_allowed_fails_set_on_router): so in 1.80.0 and in nixpkgs' 1.100.1; 1.109.3's source no
+  # longer has it.
   litellmDefaultAllowedFails = 3;
+  litellmVersion = lib.getVersion litellm.package;
+  litellmHasTrap = lib.versionOlder litellmVersion "1.109.3";
 
   systemctl = "${config.systemd.package}/bin/systemctl";
 
@@ -228,8 +247,9 @@ in
       description = ''
         Failures a deployment may have within `cooldownTime` before it is cooled down, so that
         requests go straight to the fallback instead of waiting for retries
-        (`router_settings.allowed_fails`). Not 3: LiteLLM 1.80 takes 3, its own default, as
-        unset and then never cools down a group's only box on a 5xx or a refused connection.
+        (`router_settings.allowed_fails`). Not 3 with LiteLLM before 1.109.3 (nixpkgs ships 1.100.1):
+        it takes 3, its own default, as unset and then never cools down a group's only box on a 5xx
+        or a refused connection.
       '';
     };
 
@@ -249,6 +269,26 @@ in
       default = null;
       example = 600;
       description = "Seconds one call to a box may take before it counts as failed (`router_settings.timeout`); null = LiteLLM's default.";
+    };
+  };
+
+  options.llmBench.fleetBox = {
+    enable = lib.mkEnableOption ''
+      serving this box's engines (the llama.cpp router, and services.vllm when it is on) to
+      the fleet's LiteLLM proxy on another machine: they listen on `listenAddress` instead of
+      127.0.0.1, their port is opened in the firewall, and evaluation fails unless each has an
+      API key kept outside the Nix store (docs/fleet.md, The box side)
+    '';
+
+    listenAddress = mkOption {
+      type = types.str;
+      default = "0.0.0.0";
+      example = "192.168.1.20";
+      description = ''
+        The address the engines listen on (llama.cpp's `--host`, vLLM's `--host`): one the
+        proxy reaches, not a loopback address. A LAN address of the box keeps other networks
+        out; 0.0.0.0 listens on every interface.
+      '';
     };
   };
 
@@ -319,15 +359,16 @@ in
         message = "llmBench.fleet.models.\"${group}\": a group name may not contain `@` (fallback groups are named <group>@<box>).";
       }) cfg.models;
 
-      warnings = lib.optional (cfg.allowedFails == litellmDefaultAllowedFails) ''
-        llmBench.fleet.allowedFails = 3 is LiteLLM's default, which LiteLLM 1.80 treats as unset:
+      warnings = lib.optional (cfg.allowedFails == litellmDefaultAllowedFails && litellmHasTrap) ''
+        llmBench.fleet.allowedFails = 3 is LiteLLM's default, which LiteLLM ${litellmVersion} treats as unset:
         a group's only box is then never cooled down on a 5xx or refused connection, and every
         request during its outage waits for all retries before the fallback. Use 2 or 4.
       '';
 
       services.litellm = {
         enable = true;
-        # nixpkgs declares it without a default; a fleet without keys needs no file.
+        # The reference trees' nixpkgs module declares it without a default (a later text has
+        # `default = null`, which this agrees with); a fleet without keys needs no file.
         environmentFile = lib.mkDefault null;
         settings = {
           model_list = modelList;
@@ -344,6 +385,47 @@ in
       # start (which an offline proxy waits out before it answers).
       systemd.services.litellm.environment.LITELLM_LOCAL_MODEL_COST_MAP = lib.mkDefault "True";
     })
+
+    (lib.mkIf box.enable (
+      lib.mkMerge [
+        {
+          assertions = [
+            {
+              assertion = llamaCpp.enable -> !(loopback llamaHost);
+              message = "llmBench.fleetBox: the llama.cpp router listens on ${llamaHost}, which the fleet's proxy on another machine cannot reach; leave its address to llmBench.fleetBox.listenAddress (services.llama-cpp.${if llamaHasSettings then "settings.host" else "host"} is set elsewhere).";
+            }
+            {
+              assertion = llamaCpp.enable -> llamaKeyed;
+              message = "llmBench.fleetBox: the llama.cpp router would answer anyone on the network without an API key: set services.llama-cpp.environmentFile to a file outside the Nix store holding LLAMA_API_KEY=... (the proxy's side: llmBench.fleet...backends.<box>.apiKeyVariable), or pass api-key-file.";
+            }
+            {
+              assertion = vllmOn -> !(loopback config.services.vllm.settings.host);
+              message = "llmBench.fleetBox: vLLM listens on ${if vllmOn then config.services.vllm.settings.host else ""}, which the fleet's proxy on another machine cannot reach; leave services.vllm.settings.host to llmBench.fleetBox.listenAddress.";
+            }
+            {
+              assertion = vllmOn -> config.services.vllm.environmentFile != null;
+              message = "llmBench.fleetBox: vLLM would answer anyone on the network without an API key: set services.vllm.environmentFile to a file outside the Nix store holding VLLM_API_KEY=....";
+            }
+          ];
+          services.llama-cpp =
+            {
+              openFirewall = lib.mkDefault true;
+            }
+            // (
+              if llamaHasSettings then
+                { settings.host = lib.mkDefault box.listenAddress; }
+              else
+                { host = lib.mkDefault box.listenAddress; }
+            );
+        }
+        (lib.optionalAttrs hasVllm {
+          services.vllm = {
+            settings.host = lib.mkDefault box.listenAddress;
+            openFirewall = lib.mkDefault true;
+          };
+        })
+      ]
+    ))
 
     (lib.mkIf (arbiter != { }) {
       assertions = lib.concatLists (

@@ -116,14 +116,18 @@ let
       };
     };
 
-  # Every flag of the command line nixpkgs' module builds, for the key check: the keys of
-  # `settings` it renders (null and false are left out, as lib.cli.toCommandLine does), or
+  # Every flag of the command line nixpkgs' module builds, for the key check. With `settings`,
+  # read from the ExecStart that nixpkgs' module rendered (its words after the program), not
+  # from a copy of its rule for turning a key into a flag: that rule changed (a key "-ngl" is
+  # `---ngl` after NixOS/nixpkgs#528626, `-ngl` since #561399) and may change again, and the
+  # check must see what llama-server will be given. The newer module writes the words
+  # unquoted; a value that starts with `-` and is not a number would read as a flag, which no
+  # llama-server option takes. Before #528626, the arguments nixpkgs' module puts on the line:
   # `--host`, `--port`, `-m`, `--models-dir`, then extraFlags.
-  optionOf = name: if builtins.stringLength name > 1 then "--${name}" else "-${name}";
   commandLineFlags =
     if hasSettings then
-      lib.mapAttrsToList (name: _: optionOf name) (
-        lib.filterAttrs (_: v: v != null && v != false && v != [ ]) cfg.settings
+      ini.flagsOf (
+        lib.drop 1 (lib.filter (w: w != "") (lib.splitString " " unit.serviceConfig.ExecStart))
       )
     else
       ini.flagsOf (
@@ -180,6 +184,71 @@ let
     inherit (ini.buildOf (cfg.package.cmakeFlags or [ ])) buildNumber buildCommit;
     url = "http://${localHost}:${toString listen.port}";
   };
+
+  # The Hugging Face repositories the presets download from (every spelling llama-server
+  # takes for a model's or a draft model's repository), for the prefetch unit below.
+  repoKeys = [
+    "hf-repo"
+    "hf"
+    "hfr"
+    "hf-repo-draft"
+    "hfd"
+    "hfrd"
+    "spec-draft-hf"
+  ];
+  prefetchRepos = lib.unique (
+    lib.concatMap (
+      preset:
+      lib.concatMap (k: lib.optional (builtins.isString (preset.${k} or null)) preset.${k}) repoKeys
+    ) (lib.attrValues cfg.presets)
+  );
+  prefetch = cfg.prefetchModels && hasPresets && prefetchRepos != [ ];
+
+  # The prefetch unit's script: the router's own download path (llama.cpp's tools/server,
+  # server-models.cpp, as of b11434): `POST /models {"model": REPO}` starts a download
+  # child that fetches the repository's GGUF into LLAMA_CACHE, the model shows as
+  # "downloading" (with progress) and then "downloaded" in `GET /models`; a repository the
+  # router already lists (from its cache) is refused as "already exists". The preset that names the repository
+  # then loads from the cache. Progress goes to the journal every 30 s.
+  # NixOS runs a unit's `script` with bash -e.
+  prefetchScript = ''
+    set -u
+    url=${lib.escapeShellArg "http://${localHost}:${toString listen.port}"}
+    auth=()
+    if [[ -n "''${LLAMA_API_KEY:-}" ]]; then auth=(-H "Authorization: Bearer $LLAMA_API_KEY"); fi
+    curl=${lib.getExe pkgs.curl}
+    jq=${lib.getExe pkgs.jq}
+    until "$curl" -sf "''${auth[@]}" "$url/health" >/dev/null; do sleep 5; done
+    started=()
+    for repo in ${lib.escapeShellArgs prefetchRepos}; do
+      body=$("$jq" -nc --arg m "$repo" '{model: $m}')
+      reply=$("$curl" -s "''${auth[@]}" -H 'Content-Type: application/json' -d "$body" "$url/models")
+      if [[ $("$jq" -r '.success // false' <<<"$reply") == true ]]; then
+        echo "llama-cpp-prefetch: downloading $repo into the router's cache"
+        started+=("$repo")
+      elif [[ $reply == *"already exists"* ]]; then
+        echo "llama-cpp-prefetch: $repo is already in the router's cache"
+      else
+        echo "llama-cpp-prefetch: the router refused to download $repo: $reply" >&2
+        exit 1
+      fi
+    done
+    while ((''${#started[@]})); do
+      sleep 30
+      models=$("$curl" -sf "''${auth[@]}" "$url/models") || continue
+      still=()
+      for repo in "''${started[@]}"; do
+        status=$("$jq" -r --arg m "$repo" '[.data[]? | select(.id == $m)][0].status.value // "gone"' <<<"$models")
+        if [[ $status == downloading ]]; then
+          still+=("$repo")
+          echo "llama-cpp-prefetch: $repo: $("$jq" -c --arg m "$repo" '[.data[]? | select(.id == $m)][0].progress // {}' <<<"$models")"
+        else
+          echo "llama-cpp-prefetch: $repo: $status"
+        fi
+      done
+      started=("''${still[@]}")
+    done
+  '';
 
   # A broken engine (a flag or key its llama-server refuses, no GPU) fails at every start;
   # after `startLimitBurst` failed starts within this interval systemd stops restarting it
@@ -291,6 +360,20 @@ in
       default = null;
       example = 300;
       description = "Seconds without requests after which a loaded model sleeps and frees its memory (`--sleep-idle-seconds`; -1 = never; null passes no flag: llama-server's default, no sleep, as nixpkgs' module).";
+    };
+
+    prefetchModels = mkOption {
+      type = types.bool;
+      default = true;
+      description = ''
+        Download every Hugging Face repository the presets name (`hf-repo`, `spec-draft-hf`,
+        ...) ahead of any request, through the router's own download path, by the oneshot unit
+        llama-cpp-prefetch.service, which starts with the router, reruns when the presets name
+        other repositories, and writes progress to the journal
+        (`journalctl -u llama-cpp-prefetch -f`).
+        Without it the first request to a preset downloads its model (15 GB or more) inside
+        the request, and the client times out. `model-url` presets are not prefetched.
+      '';
     };
 
     environment = mkOption {
@@ -417,6 +500,28 @@ in
         };
       }
 
+      (lib.mkIf prefetch {
+        systemd.services.llama-cpp-prefetch = {
+          description = "Download the llama.cpp router's preset models ahead of use";
+          # Wants, not Requires/PartOf: a restart of the router (a switch between engines)
+          # does not rerun the downloads; the script waits for the router's /health itself.
+          after = [ "llama-cpp.service" ];
+          wants = [ "llama-cpp.service" ];
+          wantedBy = [ "multi-user.target" ];
+          # A rebuild (or a switch) whose presets name other repositories reruns it.
+          restartTriggers = [ (builtins.toJSON prefetchRepos) ];
+          script = prefetchScript;
+          serviceConfig = {
+            Type = "oneshot";
+            RemainAfterExit = true;
+            # 15 GB and more per model.
+            TimeoutStartSec = "infinity";
+            DynamicUser = true;
+            EnvironmentFile = lib.mkIf (cfg.environmentFile != null) cfg.environmentFile;
+          };
+        };
+      })
+
       (lib.mkIf (cfg.deviceAllow != null) {
         systemd.services.llama-cpp.serviceConfig = {
           DevicePolicy = "closed";
@@ -430,7 +535,13 @@ in
             assertion = config.hardware.nvidia.enabled;
             message = cuda.driverMessage "services.llama-cpp.cuda";
           }
+          {
+            assertion = config.hardware.graphics.enable;
+            message = cuda.graphicsMessage "services.llama-cpp.cuda";
+          }
         ];
+        # libcuda.so.1 reaches /run/opengl-driver/lib only with it (see ./lib/cuda-unit.nix).
+        hardware.graphics.enable = lib.mkDefault true;
         boot.kernelModules = cuda.kernelModules;
         systemd.services.llama-cpp.serviceConfig = {
           ExecStartPre = "${pkgs.writeShellScript "llama-cpp-require-cuda" (

@@ -82,6 +82,14 @@ in
         (lib.cmakeFeature "GGML_CUDA_FA_QUANTS" "all")
       ];
 
+    # The graft above is what a nixpkgs update is most likely to break (a recipe with other
+    # hooks, flags or inputs; the fork is llama.cpp 0.6.0 with its own CMake). A failed build
+    # takes the whole rebuild down; stdenv runs failureHook when a build fails, so the log ends
+    # naming the engine and the way back.
+    failureHook = ''
+      echo "llm-bench: the llamampere engine (llamAmpere ${version}, built with nixpkgs' llama-cpp ${old.version or "?"} recipe) failed to build. It is opt-in: set llmBench.engines.llamampere.enable = false; (and llmBench.default back to \"stock\" if it is the default) and rebuild; the other engines are unaffected. docs/nixos.md, The llamAmpere source." >&2
+    '';
+
     passthru = (old.passthru or { }) // {
       llamampereRev = rev;
     };

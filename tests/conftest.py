@@ -15,7 +15,7 @@ from llm_bench.testbed.llama_server import ensure_llama_server
 from llm_bench.testbed.router import RouterProcess, start_router
 from llm_bench.testbed.smollm2 import ensure_smollm2
 from llm_bench.testbed.tiny_gguf import TinyModelSpec, write_tiny_model
-from llm_bench.testbed.vllm_server import ensure_vllm
+from llm_bench.testbed.vllm_server import ensure_model, ensure_vllm
 
 # A shell without job control starts background commands with SIGINT ignored, and an ignored signal
 # stays ignored across exec: the Ctrl-C tests' processes would never see their SIGINT. Processes the
@@ -55,6 +55,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.server)
     # After pytest-randomly's shuffle (it runs first): stable, so the rest keep their random order.
     items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
+# Seconds spent in the vLLM tests and in all tests of this pass (setup, call and teardown), printed at the end:
+# the real vLLM is the slowest server of the bed, and its share of the suite is watched (docs/development.md).
+_SECONDS = {"vllm": 0.0, "all": 0.0}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _SECONDS["all"] += report.duration
+    if "test_vllm_" in report.nodeid:
+        _SECONDS["vllm"] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _SECONDS["vllm"]:
+        share = _SECONDS["vllm"] / _SECONDS["all"] if _SECONDS["all"] else 0.0
+        terminalreporter.write_line(f"vLLM tests: {_SECONDS['vllm']:.0f} s of this pass's {_SECONDS['all']:.0f} s "
+                                    f"of test time ({share:.0%})")
 
 
 def pytest_report_header() -> str:
@@ -134,6 +152,12 @@ def router_factory(llama_server_bin: Path, tmp_path: Path) -> Iterator[StartRout
 def vllm_python() -> Path:
     """A Python with the real vLLM 0.32 (CPU build), pinned, in its own environment in the machine's cache."""
     return ensure_vllm()
+
+
+@pytest.fixture(scope="session")
+def vllm_model(vllm_python: Path, smollm2: Path) -> Path:
+    """The bed's SmolLM2 as the safetensors folder vLLM serves (converted once, in vLLM's environment)."""
+    return ensure_model(vllm_python, smollm2)
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,15 @@
-"""A small local HTTP server that speaks vLLM's wire format, for what no server here can produce.
+"""A small local HTTP server that speaks vLLM's wire format, for what the real vLLM on this machine cannot show.
 
-It streams OpenAI chat-completion chunks the way vLLM and HyperQwen do: a role-only first
-chunk, ``: keep-alive`` comment lines, several tokens in one chunk (speculative decoding), a
-usage chunk and ``[DONE]``; and it serves Prometheus ``/metrics`` whose spec-decode and
-prefix-cache counters grow with every request.
+The real vLLM 0.32 (CPU build) serves SmolLM2 in tests/test_vllm_real.py, and every behaviour it can show is
+tested there. This double remains for what it cannot: counters of a trained drafter (the ``--dtype half``
+acceptance trap with a bf16-trained drafter: no drafter runs on CPU vLLM), drafts arriving in exact, chosen
+rounds (chosen acceptance, several tokens a chunk), a connection cut mid-stream or dropped before an answer
+(a proxy), HyperQwen's patches (``/metrics`` behind the key), an engine answering HTTP 500 while it starts
+(a patched or proxied engine; upstream vLLM refuses connections until it is up), and the tests that need no
+server at all. It follows vLLM 0.32's API as the real server answers it: a role-only first chunk, ``: keep-alive``
+comment lines, a usage chunk only when ``stream_options.include_usage`` asks for it, ``reasoning`` (not
+``reasoning_content``), no ``tool_calls`` where there are none, an empty 200 from ``/health``, and one
+per-position acceptance counter per speculative token.
 """
 
 from __future__ import annotations
@@ -29,10 +35,13 @@ class FakeVllmConfig:
     prefix_cache: bool = True
     cached_tokens_in_usage: bool = False  # vLLM says so only with --enable-prompt-tokens-details
     drop_requests: int = 0  # close this many connections without answering, as a proxy can
-    fail_requests: int = 0  # answer this many completions with HTTP 500, as an engine still compiling does
+    # answer this many completions with HTTP 500, as a patched or proxied engine still starting does (upstream vLLM
+    # refuses connections until it is up: tests/test_vllm_real.py)
+    fail_requests: int = 0
     max_model_len: int = 32768  # /v1/models reports it per model
     reply: str = ""  # a non-streamed answer's text (cut to max_tokens words); empty: "tok tok ..."
     usage: bool = True  # False: a server that ignores stream_options.include_usage (no usage chunk)
+    metrics_key: bool = False  # HyperQwen's patch: /metrics needs the API key too (upstream vLLM leaves it open)
 
 
 @dataclass
@@ -40,7 +49,7 @@ class FakeVllmState:
     drafts: int = 0
     draft_tokens: int = 0
     accepted: int = 0
-    per_pos: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
+    per_pos: list[int] = field(default_factory=list)  # one per speculative token (FakeVllm sizes it)
     prefix_queries: int = 0
     prefix_hits: int = 0
     seen_prompts: set[tuple[str | None, str]] = field(default_factory=set)  # (cache_salt, prompt)
@@ -53,7 +62,8 @@ class FakeVllmState:
 class FakeVllm(LocalServer):
     def __init__(self, config: FakeVllmConfig | None = None):
         self.config = config or FakeVllmConfig()
-        self.state = FakeVllmState()
+        # vLLM creates one per-position counter per speculative token (SpecDecodingProm)
+        self.state = FakeVllmState(per_pos=[0] * self.config.draft_len)
         self.lock = threading.Lock()
         super().__init__()
 
@@ -93,10 +103,14 @@ class FakeVllm(LocalServer):
                 return True
 
             def do_GET(self) -> None:
-                if self.path == "/health":  # vLLM answers it before the engine can serve
+                if self.path == "/health":  # an empty 200, as vLLM 0.32 answers it
                     fake.state.health_calls += 1
-                    self._json(200, {"status": "ok"})
+                    self.send_response(200)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
                 elif self.path == "/metrics":
+                    if fake.config.metrics_key and not self._authorised():
+                        return
                     data = fake.metrics_text().encode()
                     self.send_response(200)
                     self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -131,6 +145,14 @@ class FakeVllm(LocalServer):
                 if body.get("model") != fake.config.model:
                     self._json(404, {"error": {"message": f"The model `{body.get('model')}` does not exist."}})
                     return
+                prompt_tokens = max(1, sum(len(m.get("content") or "") for m in body["messages"]) // 4)
+                if prompt_tokens + int(body.get("max_tokens") or 1) > fake.config.max_model_len:
+                    # vLLM refuses a request beyond max_model_len with 400 (its message, shortened)
+                    self._json(400, {"error": {"message": f"This model's maximum context length is "
+                                               f"{fake.config.max_model_len} tokens. However, your request has "
+                                               f"{prompt_tokens} input tokens.", "type": "BadRequestError",
+                                               "code": 400}})
+                    return
                 if body.get("stream"):
                     fake._stream(self, body)
                 else:
@@ -157,8 +179,7 @@ class FakeVllm(LocalServer):
             logprobs = {"content": [{**entry(p), "top_logprobs": [entry(p)] * top} for p in pieces]}
         return {
             "id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": self.config.model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(pieces),
-                                                  "reasoning_content": None, "tool_calls": []},
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(pieces), "reasoning": None},
                          "logprobs": logprobs, "finish_reason": finish, "stop_reason": None}],
             "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + len(pieces),
                       "completion_tokens": len(pieces), "prompt_tokens_details": None},
@@ -215,6 +236,6 @@ class FakeVllm(LocalServer):
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n_tokens,
                  "total_tokens": prompt_tokens + n_tokens,
                  "prompt_tokens_details": {"cached_tokens": cached} if cfg.cached_tokens_in_usage else None}
-        if cfg.usage:
+        if cfg.usage and (body.get("stream_options") or {}).get("include_usage"):
             send(f"data: {json.dumps({'id': 'chatcmpl-fake', 'object': 'chat.completion.chunk', 'choices': [], 'usage': usage})}\n\n")
         send("data: [DONE]\n\n")

@@ -1,4 +1,8 @@
-"""A small local HTTP server that answers vLLM's prompt log-probability API, since vLLM cannot run here.
+"""A small local HTTP server that answers vLLM's prompt log-probability API, for what the real vLLM cannot be
+made to show: known true values to compare with, a lossy model and another tokeniser beside the same one, a
+server that omits prompt_logprobs or lists fewer than asked (a fork or a proxy). The real vLLM 0.32 answers
+teacher forcing in tests/test_vllm_real.py. Only the routes llm-bench uses are served: the real server also
+returns ``prompt_logprobs`` on ``/v1/chat/completions``, which llm-bench does not ask for.
 
 It follows vLLM's OpenAI-compatible server: ``POST /tokenize`` (``prompt``, ``add_special_tokens`` ->
 ``count``, ``max_model_len``, ``tokens``), ``GET /v1/models`` (``max_model_len`` per model) and

@@ -156,8 +156,13 @@ def test_enforce_eager_from_a_real_process_command_line():
         proc.kill()
         proc.wait()
     assert check_enforce_eager(["vllm serve Qwen/Qwen3-8B --dtype bfloat16"]) == []
-    metrics = 'vllm:compilation_config_info{enforce_eager="True",level="0"} 1.0\n'
-    assert check_enforce_eager([], metrics)[0].check == "vllm-eager"
+    # no upstream vLLM labels its metrics with enforce_eager: the log's config line says it (vllm/config/vllm.py)
+    logged = ("(EngineCore pid=9) INFO 12-07 17:40:02 [core.py:134] Initializing a V1 LLM engine (v0.32.0) with config: "
+              "model='Qwen/Qwen3-8B', speculative_config=None, dtype=torch.bfloat16, max_seq_len=4096, "
+              "enforce_eager=True, kv_cache_dtype=auto")
+    [finding] = check_enforce_eager([], logged)
+    assert finding.check == "vllm-eager" and "enforce_eager=True in the server log's config line" in finding.evidence
+    assert check_enforce_eager([], logged.replace("enforce_eager=True", "enforce_eager=False")) == []
 
 
 def test_power_limit_below_the_floor():
@@ -250,9 +255,12 @@ def test_dtype_half_with_a_drafter_from_the_command_line_the_compose_file_and_me
     env = {".env": "VLLM_DTYPE=half\nSPEC=dflash2\n"}
     [finding] = vllm_evidence.check_dtype_with_speculation(vllm_evidence.vllm_config([], env))
     assert ".env: VLLM_DTYPE=half" in finding.evidence and ".env: SPEC=dflash2" in finding.evidence
-    metrics = 'vllm:model_config_info{dtype="torch.float16"} 1.0\nvllm:spec_decode_num_drafts_total{engine="0"} 12.0\n'
-    [finding] = vllm_evidence.check_dtype_with_speculation(vllm_evidence.vllm_config([], None, metrics))
-    assert "metrics: vllm:model_config_info" in finding.evidence
+    # the log's config line (no upstream vLLM labels a metric with the dtype)
+    logged = ("INFO 12-07 17:40:02 [core.py:134] Initializing a V1 LLM engine (v0.32.0) with config: model='q', "
+              "speculative_config=SpeculativeConfig(method='eagle3', model='d', num_spec_tokens=3), "
+              "dtype=torch.float16, max_seq_len=4096, enforce_eager=False, kv_cache_dtype=auto")
+    [finding] = vllm_evidence.check_dtype_with_speculation(vllm_evidence.vllm_config([], None, None, logged))
+    assert "dtype float16 (the server log's config line" in finding.evidence
     # no drafter, or bfloat16: nothing to say
     assert vllm_evidence.check_dtype_with_speculation(vllm_evidence.vllm_config(["vllm serve m --dtype half"])) == []
     assert vllm_evidence.check_dtype_with_speculation(vllm_evidence.vllm_config(
@@ -479,24 +487,27 @@ def test_run_against_vllm_started_with_half_and_a_drafter_warns_before_measuring
 
 
 def test_run_against_vllm_drafting_by_n_gram_blames_the_output_not_a_dtype(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *NGRAM_CMDLINE.split(" ")])
     # the server's log as a journal gives it: nothing before the alias, vLLM's trap line after its requests
     started = tmp_path / "started"
     log = f"if [ -e {started} ]; then cat {FIXTURES / 'vllm-spec-trap.log'}; else touch {started}; fi"
-    try:
-        poll_until(lambda: [l for l in vllm_command_lines() if '"method":"ngram"' in l] or None, timeout=10,
-                   interval=0.1)
-        logs: list[str] = []
-        with FakeVllm(FakeVllmConfig(accepted_per_round=0)) as vllm:
+    logs: list[str] = []
+    with FakeVllm(FakeVllmConfig(accepted_per_round=0)) as vllm:
+        # its command line names the port it serves: another vLLM on this host (a test bed's) says nothing of it
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *NGRAM_CMDLINE.split(" "),
+                                 "--port", str(vllm.port)])
+        try:
+            poll_until(lambda: [l for l in vllm_command_lines() if f"--port {vllm.port}" in l] or None, timeout=10,
+                       interval=0.1)
             plan = Plan(url=vllm.url, engine="openai", output_dir=tmp_path, checks=Checks(log_command=log),
                         protocol=Protocol(runs=1, max_tokens=8))
             [record] = load_results(run_plan(plan, logs.append, nvml=Nvml(FakeNvml())).path, PARTS).aliases
-    finally:
-        proc.kill()
-        proc.wait()
+        finally:
+            proc.kill()
+            proc.wait()
     assert not [l for l in logs if "[vllm-dtype]" in l]  # --dtype half, but no drafter whose dtype could differ
-    [said] = [w for w in record.warnings if w.startswith("DOCTOR acceptance-log:")]
-    assert "this output repeats little of it" in said and "dtype" not in said
-    # the record's own trap, from /metrics: an OpenAI server reports no arguments, so each kind's cause
+    # the log's line and the run's /metrics counters agree (none accepted): the trap is the record's own, from the
+    # counters, blamed on n-gram as the command line (recorded as the record's speculation) says
+    assert not [w for w in record.warnings if w.startswith("DOCTOR acceptance-log:")]
+    assert record.speculation == "ngram n=4"  # the method from the command line, n from /metrics' 4 positions
     [trap] = [w for w in record.warnings if w.startswith("ACCEPTANCE TRAP")]
-    assert "dtype" in trap and "repeats little of its context" in trap
+    assert "this output repeats little of it" in trap and "dtype" not in trap

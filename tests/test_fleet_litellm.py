@@ -1,4 +1,4 @@
-"""The fleet module's config file in the real LiteLLM proxy (1.80.0, pinned), in front of two
+"""The fleet module's config file in the real LiteLLM proxy (1.100.1, the release nixpkgs ships, pinned), in front of two
 real llama-server routers on loopback.
 
 The file is the one nixpkgs' services.litellm unit would run with, rendered by nix-instantiate
@@ -94,14 +94,14 @@ def test_the_proxy_runs_the_rendered_file_and_fails_over_to_the_second_box(
 
 
 @pytest.mark.nix  # renders the fleet module with the tree's services.litellm
-def test_why_orders_are_fallback_groups_and_not_litellms_order_key(
+def test_litellms_order_key_now_falls_back_by_itself(
     router_factory, proxy_factory, bed: Path, tmp_path: Path
 ) -> None:
     """The control for the module's design (docs/fleet.md): the same two boxes in one group with
-    LiteLLM's per-deployment `order` (which needs `enable_pre_call_checks`) and no fallback
-    groups. The request that meets the stopped first choice fails (LiteLLM 1.80 retries it on
-    the order-1 deployment); only the next one reaches the second box. If this starts passing
-    on a newer LiteLLM, `order` alone may do, and the module could use it."""
+    LiteLLM's per-deployment `order` alone: no `enable_pre_call_checks`, no fallback groups. LiteLLM
+    1.80 lost the request that met the stopped first choice (a 500, "Connection error"); since its
+    PR #24611 (in 1.100.1: Router's order-based fallbacks, `_target_order`) that request goes on to
+    order 2 and is answered."""
     box1 = router_factory(bed)
     box2 = router_factory(bed)
     rendered = json.loads(litellm_config(fleet_module(box1, box2).replace(
@@ -109,16 +109,49 @@ def test_why_orders_are_fallback_groups_and_not_litellms_order_key(
     for order, deployment in enumerate(rendered["model_list"], start=1):
         deployment["model_name"] = "tiny"
         deployment["litellm_params"]["order"] = order
-    rendered["router_settings"] |= {"fallbacks": [], "enable_pre_call_checks": True}
+    rendered["router_settings"] |= {"fallbacks": []}
     config = tmp_path / "order.yaml"
     config.write_text(json.dumps(rendered))
     proxy = proxy_factory(config)
 
     assert served_by(ask(proxy)) == (f"{box1.url}/v1", "tiny@box1")
     box1.stop()
-    lost = post(proxy)
-    assert lost.status_code == 500 and "Connection error" in lost.text, lost.text
+    met_the_stop = ask(proxy)
+    assert served_by(met_the_stop) == (f"{box2.url}/v1", "tiny@box2")
+    print(f"order key: the request that met the stop answered by order 2 in {met_the_stop.elapsed.total_seconds():.1f} s")
     assert served_by(ask(proxy)) == (f"{box2.url}/v1", "tiny@box2")
+
+
+def test_allowed_fails_three_is_taken_as_unset(router_factory, proxy_factory, bed: Path, tmp_path: Path) -> None:
+    """The trap the module warns about, measured on this LiteLLM: two proxies in front of the same two boxes,
+    one with allowed_fails = 3 (its default, which cooldown_handlers.py's _is_allowed_fails_set_on_router takes
+    as unset: a group's only box is never cooled down, so every request of an outage waits for its retries
+    before the fallback), one with 1 (only the first request waits). Measured here on 1.100.1: 4.7, 4.7, 4.2 s
+    against 4.8, 0.06, 0.03 s."""
+    box1 = router_factory(bed)
+    box2 = router_factory(bed)
+    # what the module renders for box1 first and box2 as its fallback group (no Nix needed for it here)
+    models = [{"model_name": name, "model_info": {"id": f"tiny@{box}"},
+               "litellm_params": {"model": f"openai/{ALIAS}", "api_base": f"{url}/v1", "api_key": "no-key"}}
+              for name, box, url in (("tiny", "box1", box1.url), ("tiny@box2", "box2", box2.url))]
+    proxies = {}
+    for allowed_fails in (3, 1):
+        config = tmp_path / f"allowed-fails-{allowed_fails}.yaml"
+        config.write_text(json.dumps({"model_list": models, "router_settings": {
+            "num_retries": 2, "allowed_fails": allowed_fails, "cooldown_time": 60,
+            "fallbacks": [{"tiny": ["tiny@box2"]}]}}))
+        proxies[allowed_fails] = proxy_factory(config)
+        ask(proxies[allowed_fails])
+    box1.stop()
+    times = {}
+    for allowed_fails, proxy in proxies.items():
+        answers = [ask(proxy) for _ in range(2)]
+        assert all(served_by(a)[1] == "tiny@box2" for a in answers)
+        times[allowed_fails] = [a.elapsed.total_seconds() for a in answers]
+        print(f"allowed_fails = {allowed_fails}: requests after the stop took "
+              f"{', '.join(f'{t:.2f}' for t in times[allowed_fails])} s")
+    # the retries' back-off (0.5 s, 1 s, plus jitter) each time, against a box cooled down after its first
+    assert min(times[3]) > 1.0 and times[1][1] < 0.5, times
 
 
 def test_a_config_the_proxy_rejects_is_reported_with_its_log(proxy_factory, tmp_path: Path) -> None:

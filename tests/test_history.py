@@ -29,23 +29,24 @@ ARGS = ["/nix/store/x-llama-cpp-7123/bin/llama-server", "--port", "41001", "--ho
 def write_result(folder: Path, n: int, decode: list[float], package: str = "/nix/store/aaaa-llama-cpp-7123",
                  version: str = "7123", power_limit_w: float = 350.0, protocol: dict | None = None,
                  args: list[str] | None = None, alias: str = "smol", used_mib: float = 300.0,
-                 ttft: float = 120.0) -> Path:
+                 ttft: float = 120.0, driver: str = "580.95.05", label: str = "watch",
+                 specialisation: str = "base") -> Path:
     meta: dict[str, Any] = {
         "format": "llm-bench/1", "started_at": (T0 + timedelta(days=n)).isoformat(timespec="seconds"),
-        "label": "watch", "complete": True,
+        "label": label, "complete": True,
         "protocol": protocol or {"max_tokens": 64, "runs": 6, "prompt_name": "code"},
         "fingerprint": {
             "build": {"system": f"/nix/store/sys{n}-nixos-system", "nixos_version": "25.05",
                       "nixpkgs_revision": f"{n:02d}" + "ab" * 19, "configuration_revision": "not available: unset",
-                      "specialisation": "base", "package_name": "llama-cpp", "package_version": version,
+                      "specialisation": specialisation, "package_name": "llama-cpp", "package_version": version,
                       "package_path": package, "package_rev": "not available: null", "server_build": f"b{version}"},
-            "rig": {"driver": "580.95.05", "cpu_governor": "performance",
+            "rig": {"driver": driver, "cpu_governor": "performance",
                     "gpus": [{"index": 0, "name": "NVIDIA GeForce RTX 3090", "power_limit_enforced_w": power_limit_w,
                               "power_limit_default_w": 350.0, "pcie_gen": 4, "pcie_width": 16, "pcie_gen_max": 4,
                               "pcie_width_max": 16, "persistence_mode": "enabled", "memory_used_mib": used_mib}]},
         },
     }
-    record = AliasRecord(alias, preset_args=args or ARGS,
+    record = AliasRecord(alias, target=label, preset_args=args or ARGS,
                          runs=[RunRecord(decode_tps=d, ttft_ms=ttft + i) for i, d in enumerate(decode)])
     path = folder / f"llm-bench-{n:02d}.toml"
     write_toml(path, ResultSet(meta, [record]).to_toml())
@@ -91,12 +92,73 @@ def test_a_faster_build_and_one_within_noise(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("change", "named"), [
     ({"power_limit_w": 270.0}, "GPU0 power limit 350 W -> 270 W"),
     ({"used_mib": 20000.0}, "GPU0 memory before the load free -> busy"),
+    ({"driver": "590.44.01"}, "driver 580.95.05 -> 590.44.01"),
 ])
-def test_a_rig_change_is_not_blamed_on_the_build(tmp_path: Path, change: dict, named: str) -> None:
+def test_a_rig_change_on_the_same_build_is_not_blamed_on_it(tmp_path: Path, change: dict, named: str) -> None:
+    write_result(tmp_path, 1, FAST)
+    write_result(tmp_path, 2, SLOW, **change)
+    step = steps_of(tmp_path)[-1]
+    assert step.kind == RIG_CHANGE and step.rig == (named,) and step.rig_note == f"rig: {named}"
+    assert CliRunner().invoke(main, ["history", str(tmp_path)]).exit_code == 0
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ({"driver": "590.44.01"}, "driver 580.95.05 -> 590.44.01"),
+    ({"power_limit_w": 270.0}, "GPU0 power limit 350 W -> 270 W"),
+])
+def test_a_slower_new_build_is_a_regression_whatever_changed_with_it(tmp_path: Path, change: dict,
+                                                                     named: str) -> None:
+    """A nixos-rebuild after nix flake update moves llama.cpp and the driver together: it must alert, and
+    say what else changed, as a co-suspect."""
     write_result(tmp_path, 1, FAST)
     write_result(tmp_path, 2, SLOW, package="/nix/store/bbbb-llama-cpp-7130", version="7130", **change)
     step = steps_of(tmp_path)[-1]
-    assert step.kind == RIG_CHANGE and step.rig == (named,)
+    assert step.kind == REGRESSION and step.rig == (named,)
+    assert step.describe().endswith(f"; co-suspects, changed with the build: {named}")
+    out = CliRunner().invoke(main, ["history", str(tmp_path)])
+    assert out.exit_code == NEWEST_IS_REGRESSION, out.output
+    assert f"changed with the build (co-suspects): {named}" in out.output  # the table's note
+    assert f"co-suspects, changed with the build: {named}" in out.output  # the line under it and the error
+
+
+def test_a_faster_new_build_with_a_rig_change_is_faster_and_names_what_changed_with_it(tmp_path: Path) -> None:
+    write_result(tmp_path, 1, SLOW)
+    write_result(tmp_path, 2, FAST, package="/nix/store/bbbb-llama-cpp-7130", version="7130", driver="590.44.01")
+    step = steps_of(tmp_path)[-1]
+    assert step.kind == FASTER and step.rig_note == "changed with the build (co-suspects): driver 580.95.05 -> 590.44.01"
+
+
+def test_the_label_is_shown_and_never_a_reason_to_stop_comparing(tmp_path: Path) -> None:
+    """Runs of one preset labelled a1, a2 and b (b on a build 0.75x as fast) are one series, as with one label."""
+    write_result(tmp_path, 1, FAST, label="a1")
+    write_result(tmp_path, 2, FAST, label="a2")
+    write_result(tmp_path, 3, SLOW, package="/nix/store/bbbb-llama-cpp-7130", version="7130", label="b")
+    history = run_history([tmp_path]).history
+    assert [s.kind for s in history.steps] == [FIRST, TWINS, REGRESSION] and not history.refusals
+    assert [s.point.name for s in history.steps] == ["a1 / smol on base", "a2 / smol on base", "b / smol on base"]
+    out = CliRunner().invoke(main, ["history", str(tmp_path), "--format", "json"])
+    assert out.exit_code == NEWEST_IS_REGRESSION, out.output
+    rows = json.loads(out.output[:out.output.rindex("}") + 1])["history"]
+    assert [r["label"] for r in rows] == ["a1", "a2", "b"] and {r["series"] for r in rows} == {"smol on base"}
+
+
+def test_each_specialisation_is_its_own_series(tmp_path: Path) -> None:
+    """Two engines of one box (the marker's specialisation) are two configurations, labelled alike or not."""
+    write_result(tmp_path, 1, FAST)
+    write_result(tmp_path, 2, SLOW, package="/nix/store/bbbb-llamampere-7130", version="7130",
+                 specialisation="llm-llamampere")
+    history = run_history([tmp_path]).history
+    assert [s.kind for s in history.steps] == [FIRST, FIRST] and not history.refusals
+    assert [s.point.configuration for s in history.steps] == ["smol on base", "smol on llm-llamampere"]
+
+
+def test_two_builds_of_one_version_with_different_store_paths_are_two_builds(tmp_path: Path) -> None:
+    """stock and fa86: one llama.cpp version and server build string, two store paths (other patches, flags)."""
+    write_result(tmp_path, 1, FAST, package="/nix/store/aaaa-llama-cpp-7123")
+    write_result(tmp_path, 2, SLOW, package="/nix/store/ffff-llama-cpp-fa86-7123")
+    step = steps_of(tmp_path)[-1]
+    assert step.kind == REGRESSION
+    assert "/nix/store/aaaa-llama-cpp-7123" in step.describe() and "/nix/store/ffff-llama-cpp-fa86-7123" in step.describe()
 
 
 def test_a_protocol_or_model_change_is_refused_with_its_reason(tmp_path: Path) -> None:
@@ -171,7 +233,7 @@ def test_cli_exit_code_when_the_newest_step_is_a_regression(tmp_path: Path) -> N
     assert [r["step"] for r in data["history"]] == [FIRST, REGRESSION, TWINS]
     assert len(data["regressions"]) == 1 and data["regressions"][0]["newest"] is False
     csv = CliRunner().invoke(main, ["history", str(tmp_path), "--format", "csv"]).output
-    assert csv.splitlines()[0].startswith("configuration,model,started_at,file,build")
+    assert csv.splitlines()[0].startswith("configuration,model,series,label,specialisation,started_at,file,build")
     assert len(csv.splitlines()) == 4
 
 

@@ -9,8 +9,10 @@ Both serve with one thread: with two, llama.cpp's threads wait for each other at
 machine a build whose threads are descheduled in turn loses far more than its share (measured: A at a tenth
 of its idle speed), while one thread loses its share and no more.
 
-The sequence: A, A again (twins), B (the regression), A with the NVML double's power limit lowered (a rig
-change: faster than B, not credited to the build), A with another max_tokens (another protocol: refused).
+The sequence, as an update on a box goes (issue 52): A labelled "before", again (twins); B labelled "after"
+with the NVML double's driver moved from 580.95.05 to 590.44.01 in the same step (a nixos-rebuild after nix
+flake update: the regression all the same, the driver named as a co-suspect); B again with the power limit
+lowered (the same build: a rig change, not blamed); A with another max_tokens (another protocol: refused).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ PROTOCOL = Protocol(runs=10, max_tokens=32, prompt="Count to five.")
 # The bed's two cores are shared with other work: twins of one build differ by more than a GPU's 2 %; the
 # smallest effect a verdict calls a difference is set to what the bed can resolve, far below B's slowdown.
 BED_MIN_EFFECT = "25%"
+NEW_DRIVER = "590.44.01"
 
 
 class Throttle:
@@ -124,26 +127,28 @@ def history_dir(llama_server_bin: Path, larger_model: Path, tmp_path_factory: py
             {"nixosVersion": f"25.05.2025061{n}.{rev[:7]}", "nixpkgsRevision": rev}))
         for n, (name, rev) in enumerate((("a", "4a5d0b1f" * 5), ("b", "9c1e77d2" * 5)))}
 
-    def measure(router: RouterProcess, name: str, version: str, protocol: Protocol = PROTOCOL,
-                power_limit_mw: int = 350000) -> None:
+    def measure(router: RouterProcess, name: str, version: str, label: str, protocol: Protocol = PROTOCOL,
+                power_limit_mw: int = 350000, driver: str = "580.95.05") -> None:
         wait_for_the_next_second()
         package = f"/nix/store/{name * 32}-llama-cpp-{version}"
         marked = marker(root / f"active-{name}.json", package, version, router.url)
         sources = replace(systems[name], marker=marked)
-        plan = Plan(url=router.url, aliases=(ALIAS,), output_dir=out, label="watch", protocol=protocol,
+        plan = Plan(url=router.url, aliases=(ALIAS,), output_dir=out, label=label, protocol=protocol,
                     checks=Checks(marker=marked))
-        nvml = Nvml(FakeNvml(gpus=[FakeGpu(power_limit_mw=power_limit_mw)]))
+        nvml = Nvml(FakeNvml(gpus=[FakeGpu(power_limit_mw=power_limit_mw)], driver=driver))
         run_plan(plan, lambda m: None, nvml=nvml, sources=sources).finish(
             __import__("datetime").datetime.now(__import__("datetime").timezone.utc))
 
     with build(root, "a", llama_server_bin, ini, slow=False) as a:
-        measure(a, "a", "7123")
-        measure(a, "a", "7123")
+        measure(a, "a", "7123", "before")
+        measure(a, "a", "7123", "before")
         with build(root, "b", llama_server_bin, ini, slow=True) as b, Throttle(b.process.pid):
-            measure(b, "b", "7130")
-        # back on build A, with the power limit lowered: faster than B, but the rig changed, so not credited
-        measure(a, "a", "7123", power_limit_mw=270000)
-        measure(a, "a", "7123", power_limit_mw=270000, protocol=replace(PROTOCOL, max_tokens=16))
+            # the update: llama.cpp and the driver in one step, labelled apart
+            measure(b, "b", "7130", "after", driver=NEW_DRIVER)
+            # the same build with the power limit lowered: a rig change, no build blamed
+            measure(b, "b", "7130", "after", driver=NEW_DRIVER, power_limit_mw=270000)
+        measure(a, "a", "7123", "after", driver=NEW_DRIVER, power_limit_mw=270000,
+                protocol=replace(PROTOCOL, max_tokens=16))
     return out
 
 
@@ -161,8 +166,11 @@ def test_the_regression_is_found_once_twins_are_noise_and_the_rig_change_is_not_
     assert regression.decode.high < 0.6, regression.describe()
     assert "llama.cpp 7123 (/nix/store/" + "a" * 32 + "-llama-cpp-7123, nixpkgs 4a5d0b1f4a5d)" in regression.describe()
     assert "llama.cpp 7130 (/nix/store/" + "b" * 32 + "-llama-cpp-7130, nixpkgs 9c1e77d29c1e)" in regression.describe()
+    # the driver moved with the build: named, and the regression stands
+    assert regression.rig == ("driver 580.95.05 -> 590.44.01",)
+    assert [s.point.record.target for s in history.steps[:3]] == ["before", "before", "after"]
     assert rig.rig == ("GPU0 power limit 350 W -> 270 W",)
-    assert rig.decode is not None and rig.decode.low is not None and rig.decode.low > 1.0  # faster, not credited
+    assert rig.point.build.identity == regression.point.build.identity  # B twice: the rig change is kept for it
     [refusal] = history.refusals
     assert refusal.reason == "the protocol differs (max_tokens 32 vs 16)"
 
@@ -171,10 +179,13 @@ def test_the_command_line_on_the_bed(history_dir: Path, tmp_path: Path) -> None:
     files = sorted(history_dir.glob("*.toml"))
     assert len(files) == 5
     runner = CliRunner()
-    # up to the regression: the newest step is it, so the exit code says so
+    # up to the regression: the newest step is it, so the exit code says so, naming the driver beside the builds
     upto = runner.invoke(main, ["history", *map(str, files[:3]), "--min-effect", BED_MIN_EFFECT])
     assert upto.exit_code == NEWEST_IS_REGRESSION, upto.output
     assert upto.output.count("| REGRESSION |") == 1
+    assert "co-suspects, changed with the build: driver 580.95.05 -> 590.44.01 [before / larger" not in upto.output
+    assert "co-suspects, changed with the build: driver 580.95.05 -> 590.44.01 [after / larger" in upto.output
+    print(upto.output)  # docs/history.md's worked example, the second listing
     whole = runner.invoke(main, ["history", str(history_dir), "--min-effect", BED_MIN_EFFECT,
                                  "--chart", str(tmp_path / "history.png"), "--html", str(tmp_path / "history.html")])
     assert whole.exit_code == 0, whole.output  # the newest step of the series is the rig change

@@ -1,6 +1,7 @@
-"""Teacher forcing through vLLM's prompt_logprobs, against a double that follows vLLM's API (vLLM
-cannot run here): every position from one request, the top k kept and the prompt's own token left
-out when it ranks lower, and each way a comparison cannot be made named."""
+"""Teacher forcing through vLLM's prompt_logprobs, against a double that follows vLLM's API with known true
+values (the real vLLM 0.32 answers it in tests/test_vllm_real.py): every position from one request, the top k
+kept and the prompt's own token left out when it ranks lower, and each way a comparison cannot be made
+named."""
 
 from __future__ import annotations
 

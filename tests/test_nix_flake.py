@@ -7,7 +7,8 @@ nixpkgs' lib, and a llamAmpere input with the attributes a locked GitHub input h
 What it proves: the CUDA builds are not checks but a package set of their own; the fork's
 version and revision come from the input itself (so `--override-input` names what is built);
 the flake's NixOS module hands that input to the engine, and the marker records its revision.
-`flake.lock` has no llamAmpere entry (it needs the network); that is documented, not tested.
+`flake.lock` has no llamAmpere entry (it needs the network): tests/test_nix_real_box.py pins that as
+an expected failure, and checks that CI evaluates without rewriting the lock.
 """
 
 from __future__ import annotations

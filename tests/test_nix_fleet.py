@@ -166,12 +166,18 @@ def test_bad_declarations_are_assertions() -> None:
     assert any("may not contain `@`" in m for m in at), at
 
 
-def test_allowed_fails_three_warns() -> None:
-    """LiteLLM 1.80 takes allowed_fails = 3 (its default) as unset: no cooldown of a lone box."""
-    warnings = evaluate(fleet('{ a = { url = "http://a/v1"; model = "q"; }; }', "llmBench.fleet.allowedFails = 3;"),
-                        "e.config.warnings")
-    assert len(warnings) == 1 and "treats as unset" in warnings[0], warnings
+def test_allowed_fails_three_warns_with_the_litellm_that_has_the_trap() -> None:
+    """LiteLLM before 1.109.3 (nixpkgs' 1.100.1 among them: its cooldown_handlers.py) takes allowed_fails = 3,
+    its default, as unset: no cooldown of a lone box. 1.109.3's source has it fixed: no warning there."""
+    three = fleet('{ a = { url = "http://a/v1"; model = "q"; }; }', "llmBench.fleet.allowedFails = 3;")
+    warnings = evaluate(three, "e.config.warnings")
+    assert len(warnings) == 1 and "LiteLLM 1.100.1 treats as unset" in warnings[0], warnings
     assert evaluate(fleet('{ a = { url = "http://a/v1"; model = "q"; }; }'), "e.config.warnings") == []
+    fixed = three.replace("llmBench.fleet.allowedFails = 3;", "llmBench.fleet.allowedFails = 3; "
+                          'services.litellm.package = { type = "derivation"; name = "litellm-1.109.3"; '
+                          'pname = "litellm"; version = "1.109.3"; outPath = "/nix/store/x-litellm-1.109.3"; '
+                          'meta.mainProgram = "litellm"; };')
+    assert evaluate(fixed, "e.config.warnings") == []
 
 
 def test_disabled_fleet_leaves_litellm_alone() -> None:

@@ -89,7 +89,7 @@ def exec_args(exec_start: str) -> list[str]:
 
 # The options this module adds to nixpkgs' services.llama-cpp.
 OWN_OPTIONS = {"presets", "presetGrids", "checkPresetKeys", "presetsIni", "modelsMax", "sleepIdleSeconds",
-               "environment", "environmentFile", "specialisation", "cuda", "deviceAllow"}
+               "environment", "environmentFile", "specialisation", "cuda", "deviceAllow", "prefetchModels"}
 NIXPKGS_OPTIONS = {
     "flags": {"enable", "package", "model", "modelsDir", "extraFlags", "host", "port", "openFirewall"},
     # With the renamed and removed names, which nixpkgs declares as aliases.

@@ -1,7 +1,7 @@
 """services.vllm and llmBench.hyperqwen.
 
 The command line and the dtype warning come from modules/lib/vllm-args.nix, evaluated with
-builtins only; the modules themselves are evaluated with nixpkgs' lib.evalModules through
+nixpkgs' lib (lib.cli.toCommandLine); the modules themselves are evaluated with nixpkgs' lib.evalModules through
 tests/nix/eval-module.nix (its `eval`, with a few more stub options declared here), and skip
 without NIXPKGS_LIB.
 """
@@ -41,72 +41,79 @@ def nix_value(value) -> str:
     raise TypeError(type(value))
 
 
-def serve_args(**args) -> list[str]:
-    return nix_eval(f"(import {ARGS_LIB}).serveArgs {nix_value(args)}")  # type: ignore[return-value]
+def args_lib() -> str:
+    return f"(import {ARGS_LIB} {{ lib = import {nixpkgs_lib()}; }})"
 
 
-def warning(**args) -> str | None:
-    return nix_eval(f"(import {ARGS_LIB}).speculationWarning {nix_value(args)}")  # type: ignore[return-value]
+def serve_args(model: str = "m", **settings) -> list[str]:
+    return nix_eval(f"{args_lib()}.serveArgs {{ model = {nix_string(model)}; settings = {nix_value(settings)}; }}")  # type: ignore[return-value]
 
 
-# --- builtins only ---------------------------------------------------------------------
+def warning(**settings) -> str | None:
+    return nix_eval(f"{args_lib()}.speculationWarning {nix_value(settings)}")  # type: ignore[return-value]
+
+
+# --- the command line, lib.cli.toCommandLine ---------------------------------------------
 
 def test_minimal_command_line() -> None:
-    assert serve_args(model="Qwen/Qwen3-8B") == ["serve", "Qwen/Qwen3-8B", "--host", "127.0.0.1", "--port", "8000"]
+    assert serve_args("Qwen/Qwen3-8B") == ["serve", "Qwen/Qwen3-8B"]
 
 
-def test_second_report_configuration() -> None:
+def test_final_configuration_renders_every_setting() -> None:
     args = serve_args(
-        model="/models/Qwen3.8-27B", servedModelName="qwen3.8-27b", host="0.0.0.0", port=8001,
-        tensorParallelSize=4, gpuMemoryUtilization=0.92, maxModelLen=65536, dtype="bfloat16",
-        prefixCaching=True, speculativeConfig=DFLASH2, reasoningParser="qwen3",
-        toolCallParser="qwen3_coder", extraArgs=["--max-num-seqs", "8"],
-    )
-    assert args == [
-        "serve", "/models/Qwen3.8-27B", "--host", "0.0.0.0", "--port", "8001",
-        "--served-model-name", "qwen3.8-27b", "--tensor-parallel-size", "4",
-        "--gpu-memory-utilization", "0.92", "--max-model-len", "65536", "--dtype", "bfloat16",
-        "--enable-prefix-caching", "--speculative-config", args[args.index("--speculative-config") + 1],
-        "--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--tool-call-parser", "qwen3_coder",
-        "--max-num-seqs", "8",
-    ]
+        "/models/Qwen3.8-27B", **{
+            "served-model-name": "qwen3.8-27b", "host": "0.0.0.0", "port": 8001, "-tp": 4,
+            "gpu-memory-utilization": 0.9, "max-model-len": 65536, "dtype": "bfloat16",
+            "enable-prefix-caching": True, "speculative-config": DFLASH2, "reasoning-parser": "qwen3",
+            "tool-call-parser": "qwen3_coder", "enable-auto-tool-choice": True, "max-num-seqs": 8,
+        })
+    assert args[:2] == ["serve", "/models/Qwen3.8-27B"]
+    for flag, value in [("--host", "0.0.0.0"), ("--port", "8001"), ("-tp", "4"), ("--gpu-memory-utilization", "0.9"),
+                        ("--max-model-len", "65536"), ("--dtype", "bfloat16"), ("--reasoning-parser", "qwen3"),
+                        ("--tool-call-parser", "qwen3_coder"), ("--served-model-name", "qwen3.8-27b"),
+                        ("--max-num-seqs", "8")]:
+        assert args[args.index(flag) + 1] == value, flag
     assert json.loads(args[args.index("--speculative-config") + 1]) == DFLASH2
+    assert "--enable-prefix-caching" in args and "--enable-auto-tool-choice" in args
     assert "--enforce-eager" not in args
 
 
-def test_enforce_eager_only_when_asked() -> None:
-    assert "--enforce-eager" not in serve_args(model="m")
-    assert "--enforce-eager" not in serve_args(model="m", enforceEager=False)
-    assert serve_args(model="m", enforceEager=True)[-1] == "--enforce-eager"
+def test_booleans_render_vllms_own_negation_and_null_nothing() -> None:
+    """vLLM's boolean flags are argparse BooleanOptionalAction: false must say --no-KEY, since
+    leaving the flag out keeps vLLM's default (prefix caching is on)."""
+    assert "--enable-prefix-caching" in serve_args(**{"enable-prefix-caching": True})
+    assert "--no-enable-prefix-caching" in serve_args(**{"enable-prefix-caching": False})
+    assert serve_args(**{"enable-prefix-caching": None}) == ["serve", "m"]
+    assert serve_args(**{"enforce-eager": True})[-1] == "--enforce-eager"
 
 
-def test_prefix_caching_three_ways() -> None:
-    assert "--enable-prefix-caching" in serve_args(model="m", prefixCaching=True)
-    assert "--no-enable-prefix-caching" in serve_args(model="m", prefixCaching=False)
-    args = serve_args(model="m", prefixCaching=None)
-    assert not [a for a in args if "prefix-caching" in a]
+def test_configs_render_as_one_json_argument_and_floats_exactly() -> None:
+    args = serve_args(**{"compilation-config": {"mode": 0}, "gpu-memory-utilization": 0.92})
+    assert json.loads(args[args.index("--compilation-config") + 1]) == {"mode": 0}
+    assert args[args.index("--gpu-memory-utilization") + 1] == "0.92"
 
 
 @pytest.mark.parametrize("dtype", ["half", "float16"])
-@pytest.mark.parametrize("spec", [DFLASH2, MTP], ids=["dflash2", "mtp"])
+@pytest.mark.parametrize("spec", [{"speculative-config": DFLASH2}, {"speculative-config": MTP}, {"-sc": MTP},
+                                  {"spec-method": "mtp"}, {"speculative-config.method": "mtp"}],
+                         ids=["dflash2", "mtp", "sc", "spec-method", "dotted"])
 def test_fp16_with_speculation_warns_and_names_the_cause(dtype, spec) -> None:
-    text = warning(dtype=dtype, speculativeConfig=spec)
+    text = warning(dtype=dtype, **spec)
     assert text is not None
-    assert f'dtype = "{dtype}"' in text
-    assert spec["method"] in text
-    assert "Mean acceptance length: 1.00" in text
-    assert "rejects every draft token" in text
+    assert f'dtype = "{dtype}"' in text and next(iter(spec)) in text
+    assert "vLLM issue #55250" in text and "overflows in float16" in text
+    assert "Mean acceptance length: 1.00" in text and "rejects every draft token" in text
 
 
-@pytest.mark.parametrize("args", [
-    {"dtype": "bfloat16", "speculativeConfig": DFLASH2},
-    {"dtype": "auto", "speculativeConfig": MTP},
-    {"dtype": None, "speculativeConfig": MTP},
-    {"dtype": "half", "speculativeConfig": None},
+@pytest.mark.parametrize("settings", [
+    {"dtype": "bfloat16", "speculative-config": DFLASH2},
+    {"dtype": "auto", "speculative-config": MTP},
+    {"dtype": None, "speculative-config": MTP},
+    {"dtype": "half", "speculative-config": None},
     {"dtype": "float16"},
 ])
-def test_no_warning_otherwise(args) -> None:
-    assert warning(**args) is None
+def test_no_warning_otherwise(settings) -> None:
+    assert warning(**settings) is None
 
 
 # --- nixpkgs' lib.evalModules ----------------------------------------------------------
@@ -127,19 +134,23 @@ EXTRA_STUBS = """
       type = lib.types.attrsOf (lib.types.submodule { options.members = lib.mkOption { type = lib.types.listOf lib.types.str; default = [ ]; }; });
     };
   };
+  # A CUDA build as nixpkgs' recipe leaves it: env.VLLM_TARGET_DEVICE, a top-level attribute.
   config.services.vllm.package = lib.mkDefault {
-    type = "derivation"; name = "vllm-0.11.0"; pname = "vllm"; version = "0.11.0";
-    outPath = "/nix/store/vvvv-vllm-0.11.0";
+    type = "derivation"; name = "vllm-0.32.0"; pname = "vllm"; version = "0.32.0";
+    outPath = "/nix/store/vvvv-vllm-0.32.0"; VLLM_TARGET_DEVICE = "cuda";
   };
 }
 """
+# The NVIDIA driver, which services.vllm (cuda, the default) asserts.
+DRIVER = '{ services.xserver.videoDrivers = [ "nvidia" ]; }'
 
 
-def evaluate(*modules: str) -> dict:
+
+def evaluate(*modules: str, driver: bool = True, stubs: str = EXTRA_STUBS) -> dict:
     """The base system's units and settings, and each specialisation's (`specialised`)."""
     lib = nixpkgs_lib()
     harness = f"(import {HARNESS} {{ libPath = {lib}; }})"
-    mods = " ".join(f"({m})" for m in (str(VLLM), str(HYPERQWEN), EXTRA_STUBS, *modules))
+    mods = " ".join(f"({m})" for m in (str(VLLM), str(HYPERQWEN), stubs, *([DRIVER] if driver else []), *modules))
     expr = f"""
       let
         h = {harness};
@@ -163,6 +174,7 @@ def evaluate(*modules: str) -> dict:
             conflicts = units.llama-cpp.conflicts or [ ];
           }} else null;
           firewall = c.networking.firewall.allowedTCPPorts;
+          graphics = c.hardware.graphics.enable;
           docker = {{ inherit (c.virtualisation.docker) enable; settings = c.virtualisation.docker.daemon.settings; }};
           toolkit = c.hardware.nvidia-container-toolkit.enable;
           dockerMembers = c.users.groups.docker.members or [ ];
@@ -179,14 +191,16 @@ VLLM_FINAL = """{
   services.vllm = {
     enable = true;
     model = "/models/Qwen3.8-27B";
-    servedModelName = "qwen3.8-27b";
-    tensorParallelSize = 4;
-    gpuMemoryUtilization = 0.92;
-    maxModelLen = 65536;
-    dtype = "bfloat16";
     speculativeConfig = { method = "dflash"; model = "incoai/Qwen3.8-27B-DFlash2"; num_speculative_tokens = 7; };
-    reasoningParser = "qwen3";
-    toolCallParser = "qwen3_coder";
+    settings = {
+      served-model-name = "qwen3.8-27b";
+      "-tp" = 4;
+      max-model-len = 65536;
+      dtype = "bfloat16";
+      reasoning-parser = "qwen3";
+      tool-call-parser = "qwen3_coder";
+      enable-auto-tool-choice = true;
+    };
   };
 }"""
 
@@ -199,45 +213,108 @@ def test_module_renders_the_final_configuration() -> None:
     out = evaluate(VLLM_FINAL)
     assert out["warnings"] == [] and out["failedAssertions"] == []
     args = exec_args(out["vllm"]["execStart"])
-    assert args[0] == "/nix/store/vvvv-vllm-0.11.0/bin/vllm"
+    assert args[0] == "/nix/store/vvvv-vllm-0.32.0/bin/vllm"
     assert args[1:3] == ["serve", "/models/Qwen3.8-27B"]
-    for flag, value in [("--host", "127.0.0.1"), ("--port", "8000"), ("--tensor-parallel-size", "4"),
-                        ("--gpu-memory-utilization", "0.92"), ("--max-model-len", "65536"),
+    for flag, value in [("--host", "127.0.0.1"), ("--port", "8000"), ("-tp", "4"), ("--max-model-len", "65536"),
                         ("--dtype", "bfloat16"), ("--reasoning-parser", "qwen3"),
                         ("--tool-call-parser", "qwen3_coder"), ("--served-model-name", "qwen3.8-27b")]:
         assert args[args.index(flag) + 1] == value, flag
     assert json.loads(args[args.index("--speculative-config") + 1]) == DFLASH2
-    assert "--enable-prefix-caching" in args  # the module's default
     assert "--enable-auto-tool-choice" in args
-    assert "--enforce-eager" not in args
+    # Nothing the user did not set: vLLM's own defaults (prefix caching on, 0.92 of the memory).
+    assert not [a for a in args if "prefix-caching" in a or "gpu-memory" in a or "eager" in a], args
     assert out["vllm"]["wantedBy"] == ["multi-user.target"]
     assert out["vllm"]["environment"]["HF_HOME"] == "/var/cache/vllm/huggingface"
-    assert out["firewall"] == []
+    assert out["firewall"] == [] and out["graphics"] is True
     assert out["hyperqwen"] is None and out["docker"]["enable"] is False
 
 
 def test_module_warns_on_half_with_speculation() -> None:
-    out = evaluate(VLLM_FINAL, '{ lib, ... }: { services.vllm.dtype = lib.mkForce "half"; }')
+    out = evaluate(VLLM_FINAL, '{ lib, ... }: { services.vllm.settings.dtype = lib.mkForce "half"; }')
     (text,) = out["warnings"]
-    assert "Mean acceptance length: 1.00" in text and "half" in text
+    assert "vLLM issue #55250" in text and "half" in text and "speculative-config" in text
     assert exec_args(out["vllm"]["execStart"])[exec_args(out["vllm"]["execStart"]).index("--dtype") + 1] == "half"
 
 
+def test_speculation_given_twice_is_an_assertion() -> None:
+    out = evaluate(VLLM_FINAL, '{ services.vllm.settings.speculative-config = { method = "mtp"; }; }')
+    assert any("both set" in m for m in out["failedAssertions"]), out["failedAssertions"]
+
+
 def test_module_no_warning_without_speculation() -> None:
-    out = evaluate('{ services.vllm = { enable = true; model = "m"; dtype = "half"; }; }')
+    out = evaluate('{ services.vllm = { enable = true; model = "m"; settings.dtype = "half"; }; }')
     assert out["warnings"] == []
 
 
-def test_module_enforce_eager_and_extras() -> None:
-    out = evaluate('{ services.vllm = { enable = true; model = "m"; enforceEager = true; port = 8011; '
-                   'openFirewall = true; extraArgs = [ "--max-num-seqs" "8" ]; '
+def test_module_settings_firewall_and_environment() -> None:
+    out = evaluate('{ services.vllm = { enable = true; model = "m"; settings = { enforce-eager = true; port = 8011; '
+                   'max-num-seqs = 8; }; openFirewall = true; '
                    'environmentFile = "/run/secrets/vllm.env"; environment.CUDA_VISIBLE_DEVICES = "0,1"; }; }')
     args = exec_args(out["vllm"]["execStart"])
-    assert "--enforce-eager" in args
-    assert args[-2:] == ["--max-num-seqs", "8"]
+    assert "--enforce-eager" in args and args[args.index("--max-num-seqs") + 1] == "8"
     assert out["firewall"] == [8011]
     assert out["vllm"]["environmentFile"] == "/run/secrets/vllm.env"
     assert out["vllm"]["environment"]["CUDA_VISIBLE_DEVICES"] == "0,1"
+
+
+def test_the_typed_options_of_before_move_into_settings() -> None:
+    """A configuration written for the typed module still renders the same flags (with a rename
+    warning from nixpkgs' mkRenamedOptionModule); the removed ones say where they went."""
+    out = evaluate('{ services.vllm = { enable = true; model = "m"; tensorParallelSize = 2; port = 8001; '
+                   'gpuMemoryUtilization = 0.8; prefixCaching = false; enforceEager = true; }; }')
+    args = exec_args(out["vllm"]["execStart"])
+    assert args[args.index("--tensor-parallel-size") + 1] == "2" and args[args.index("--port") + 1] == "8001"
+    assert args[args.index("--gpu-memory-utilization") + 1] == "0.8"
+    assert "--no-enable-prefix-caching" in args and "--enforce-eager" in args
+    assert any("services.vllm.tensorParallelSize" in w and "settings.tensor-parallel-size" in w
+               for w in out["warnings"]), out["warnings"]
+    removed = evaluate('{ services.vllm = { enable = true; model = "m"; toolCallParser = "qwen3_coder"; }; }')
+    assert any("tool-call-parser" in m and "enable-auto-tool-choice" in m for m in removed["failedAssertions"])
+
+
+CPU_VLLM = """{ lib, ... }: {
+  services.vllm.package = lib.mkForce {
+    type = "derivation"; name = "vllm-0.32.0"; pname = "vllm"; version = "0.32.0";
+    outPath = "/nix/store/cccc-vllm-0.32.0"; VLLM_TARGET_DEVICE = "cpu";
+  };
+}"""
+
+
+def test_a_cpu_build_of_vllm_is_refused_naming_cuda_support() -> None:
+    """nixpkgs' vllm recipe builds for the CPU unless nixpkgs' config has cudaSupport (its
+    env.VLLM_TARGET_DEVICE says which); the CUDA unit would then serve on the CPU."""
+    out = evaluate('{ services.vllm = { enable = true; model = "m"; }; }', CPU_VLLM)
+    (message,) = out["failedAssertions"]
+    assert "CPU build" in message and "nixpkgs.config.cudaSupport = true" in message
+    assert "services.vllm.cuda = false" in message
+    assert evaluate('{ services.vllm = { enable = true; model = "m"; cuda = false; }; }', CPU_VLLM,
+                    driver=False)["failedAssertions"] == []
+
+
+def test_nixpkgs_default_vllm_follows_cuda_support() -> None:
+    """The default package is pkgs.vllm, a CPU build unless the system's nixpkgs config has
+    cudaSupport (the stand-in follows the recipe); a package of the user's without the recipe's
+    attribute is taken at its word."""
+    stubs = EXTRA_STUBS.split("  # A CUDA build")[0] + "}\n"
+    out = evaluate('{ services.vllm = { enable = true; model = "m"; }; }', stubs=stubs)
+    assert any("CPU build" in m and "VLLM_TARGET_DEVICE" in m for m in out["failedAssertions"]), out
+    lib = nixpkgs_lib()
+    cuda = nix_eval(f"let h = import {HARNESS} {{ libPath = {lib}; overlay = _: {{ config = {{ cudaSupport = true; rocmSupport = false; }}; }}; }};"
+                    f" c = (h.eval [ ({VLLM}) ({HYPERQWEN}) ({stubs}) ({DRIVER})"
+                    ' { services.vllm = { enable = true; model = "m"; }; } ]).config; in h.failedAssertions c')
+    assert cuda == [], cuda
+    own = ('{ services.vllm = { enable = true; model = "m"; package = '
+           '{ type = "derivation"; name = "vllm-0.32.0"; outPath = "/nix/store/x-vllm"; }; }; }')
+    assert evaluate(own, stubs=stubs)["failedAssertions"] == []
+
+
+def test_vllm_needs_the_driver_and_graphics() -> None:
+    out = evaluate('{ services.vllm = { enable = true; model = "m"; }; }', driver=False)
+    assert any("services.vllm: a CUDA build needs the NVIDIA driver" in m and "reboot once" in m
+               for m in out["failedAssertions"]), out["failedAssertions"]
+    off = evaluate('{ services.vllm = { enable = true; model = "m"; }; hardware.graphics.enable = false; }')
+    (message,) = off["failedAssertions"]
+    assert "hardware.graphics.enable = true" in message and "/run/opengl-driver/lib" in message
 
 
 def test_module_disabled_adds_nothing() -> None:
@@ -325,4 +402,5 @@ def test_option_documentation_evaluates() -> None:
     docs = {d["name"]: d for d in nix_eval(expr)}  # type: ignore[union-attr]
     assert "services.vllm.speculativeConfig" in docs and "llmBench.hyperqwen.unit.directory" in docs
     assert all(d["description"] for d in docs.values())
-    assert docs["services.vllm.enforceEager"]["default"] == {"_type": "literalExpression", "text": "false"}
+    assert docs["services.vllm.cuda"]["default"] == {"_type": "literalExpression", "text": "true"}
+    assert "services.vllm.enforceEager" not in docs  # a rename now, hidden from the manual

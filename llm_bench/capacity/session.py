@@ -224,7 +224,7 @@ def run_capacity(cplan: CapacityPlan, log: Log, nvml: Nvml | None = None) -> Cap
     run = CapacityRun(None, objective)
     try:
         with nvml or Nvml() as gpus:
-            aliases = select_models(engine, plan.aliases)
+            aliases = select_models(engine, plan.aliases, log)
             run.meta = run_meta(replace(plan, protocol=protocol), engine, gpus, started_at) | {
                 "format": FORMAT, "capacity": settings.to_toml(),
                 "objective": {"min_stream_tps": objective.min_stream_tps, "max_ttft_s": objective.max_ttft_s}}

@@ -38,10 +38,12 @@ from llm_bench.support.plotting import ChartError
 def history(paths, output_format, chart_path, html_path, min_effect, keep, skip_reason, alias, title) -> None:
     """Follow results files (and folders of them) over time, per configuration.
 
-    Each result is judged against the one before it: a new build slower beyond noise is a REGRESSION,
-    named by both builds; the same build twice is twins (the noise); a changed power limit, PCIe width,
-    driver, busy GPU memory or CPU governor is a rig change, not blamed on the build. Results of another
-    model, preset arguments or protocol are not compared, and the reason is printed.
+    Each result is judged against the one before it in its configuration (alias, preset arguments, model,
+    protocol, specialisation; not the label): a new build slower beyond noise is a REGRESSION, named by
+    both builds, whatever else changed (a changed driver or power limit is named beside it as a
+    co-suspect); the same build twice is twins (the noise), or a rig change when a power limit, PCIe
+    width, driver, busy GPU memory or CPU governor changed. Results of another model, preset arguments or
+    protocol are not compared, and the reason is printed.
     Exit code 4 when the newest step of any configuration is a regression."""
     if skip_reason is not None:
         if len(paths) != 1:

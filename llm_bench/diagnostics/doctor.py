@@ -27,6 +27,7 @@ from llm_bench.diagnostics.findings import ERROR, INFO, WARNING, Finding
 from llm_bench.diagnostics.gpu_errors import KernelLog, PcieWatch
 from llm_bench.diagnostics.server_log import LogSource
 from llm_bench.engines import Engine
+from llm_bench.engines.base import RouterListing
 from llm_bench.engines.errors import ServerError
 from llm_bench.engines.stream import ChatRequest
 from llm_bench.gpu import roofline
@@ -76,7 +77,17 @@ def log_findings(source: LogSource | None, gpu_count: int, drafts_from_context: 
     except (OSError, subprocess.SubprocessError) as e:
         return [Finding("log", WARNING, f"could not read {where}: {e}", "give --log-file or --log-command")]
     return (log_checks.check_offload(text, gpu_count, where) + log_checks.check_fa_fallback(text, where)
-            + acceptance.check_acceptance_log(text, where, drafts_from_context))
+            + acceptance.check_acceptance_log(text, where, drafts_from_context, span="the whole log read"))
+
+
+def _read_quietly(source: LogSource | None) -> str | None:
+    """The log for the configuration it logs at startup; a log that cannot be read is log_findings' to say."""
+    if source is None:
+        return None
+    try:
+        return source.read()
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def kernel_findings(nvml: Nvml, settings: DoctorSettings) -> list[Finding]:
@@ -101,14 +112,18 @@ def diagnose(engine: Engine, nvml: Nvml, source: LogSource | None, settings: Doc
     OSError when a config file given cannot be read."""
     files = read_config_files(settings.config_files)
     loaded = engine.loaded_models()
-    findings = gpu_checks.check_vram(nvml.vram_used(), settings.vram_threshold_mib, loaded)
+    # asleep: not probed by default (a probe would wake it: a reload, not what the server is serving now)
+    sleeping = engine.sleeping_models() if isinstance(engine, RouterListing) else []
+    findings = gpu_checks.check_vram(nvml.vram_used(), settings.vram_threshold_mib, loaded, sleeping)
     findings += gpu_checks.check_power_floor(nvml, settings.power_floor_w)
     findings += kernel_findings(nvml, settings)
     xids = nvml.xid_watch()
     metrics = engine.metrics_text()
-    lines = [settings.vllm_cmdline] if settings.vllm_cmdline else vllm_evidence.vllm_command_lines()
-    findings += vllm_evidence.check_enforce_eager(lines, metrics)
-    config = vllm_evidence.vllm_config(lines, files, metrics)
+    lines = ([settings.vllm_cmdline] if settings.vllm_cmdline
+             else vllm_evidence.serving(vllm_evidence.vllm_command_lines(), engine.base_url))
+    startup = _read_quietly(source)  # the log's config line (read again after the probes for the log checks)
+    findings += vllm_evidence.check_enforce_eager(lines, startup)
+    config = vllm_evidence.vllm_config(lines, files, metrics, startup)
     findings += vllm_evidence.check_dtype_with_speculation(config)
     presets = router_presets(engine)
     findings += vllm_evidence.check_prefix_caching(config, presets)
@@ -118,7 +133,7 @@ def diagnose(engine: Engine, nvml: Nvml, source: LogSource | None, settings: Doc
     bandwidth = nvml.memory_bandwidth_gbs(0)
     with PcieWatch(nvml) as pcie:
         for alias in settings.aliases or tuple(loaded):
-            findings += probe_findings(engine, alias, settings, bandwidth, log)
+            findings += probe_findings(engine, alias, settings, bandwidth, log, config.drafts_from_context)
     # After the probes: a probe may load a model, and its load lines are what the log checks read.
     findings += log_findings(source, nvml.count(), config.drafts_from_context)
     findings += gpu_errors.check_pcie(list(pcie.busiest.values()), pcie.first, pcie.last)
@@ -128,14 +143,16 @@ def diagnose(engine: Engine, nvml: Nvml, source: LogSource | None, settings: Doc
 
 
 def probe_findings(engine: Engine, alias: str, settings: DoctorSettings, bandwidth: float | None,
-                   log: Log) -> list[Finding]:
+                   log: Log, drafts_from_context: bool | None = None) -> list[Finding]:
+    """``drafts_from_context``: how the server drafts as its evidence says (an OpenAI server's command line, log,
+    /metrics), so that an acceptance trap is blamed on n-gram or on a drafter as it should be."""
     log(f"probing {alias} with one {settings.max_tokens}-token request ...")
     try:
         record = probe_alias(engine, alias, settings.max_tokens)
     except ServerError as e:
         return [Finding("probe", ERROR, f"{alias}: the probe request failed: {e}",
                         "check the server's log for the failure")]
-    findings = acceptance.check_acceptance(record)
+    findings = acceptance.check_acceptance(record, drafts_from_context)
     if bandwidth:
         roofline.apply(record, bandwidth, settings.model_bytes)
         findings += gpu_checks.check_roofline(record, settings.roofline_min)

@@ -13,7 +13,10 @@ from llm_bench.gpu.nvml import Nvml, VramReading
 from llm_bench.results import AliasRecord
 
 
-def check_vram(reading: VramReading, threshold_mib: float, loaded: Sequence[str] = ()) -> list[Finding]:
+def check_vram(reading: VramReading, threshold_mib: float, loaded: Sequence[str] = (),
+               sleeping: Sequence[str] = ()) -> list[Finding]:
+    """``sleeping``: the router's instances asleep (--sleep-idle-seconds): each a process that freed its
+    model's memory but keeps its GPU context, and reloads the model at the next request."""
     if reading.used_mib is None:
         return [Finding("vram", INFO, f"VRAM in use could not be read ({reading.unavailable}).",
                         "install the NVIDIA driver and pynvml to let llm-bench check VRAM before loads")]
@@ -21,11 +24,20 @@ def check_vram(reading: VramReading, threshold_mib: float, loaded: Sequence[str]
     if not busy:
         return []
     where = ", ".join(f"GPU{i} {reading.used_mib[i]:.0f} MiB" for i in busy)
+    asleep = (f" ({', '.join(sleeping)} asleep: a process each, which keeps its GPU context, not its model)"
+              if sleeping else "")
     if loaded:
         return [Finding("vram", WARNING,
                         f"VRAM in use above {threshold_mib:.0f} MiB ({where}) while the server has "
-                        f"{', '.join(loaded)} loaded; that model's own memory counts here.",
+                        f"{', '.join(loaded)} loaded{asleep}; that model's own memory counts here.",
                         "unload the server's models (or stop other GPU processes) before measuring a cold load")]
+    if sleeping:
+        return [Finding("vram", WARNING,
+                        f"VRAM in use above {threshold_mib:.0f} MiB ({where}) with no model of the server loaded, "
+                        f"and {', '.join(sleeping)} asleep: a sleeping instance freed its model's memory but keeps "
+                        "its GPU context; more than that is another process's.",
+                        "unload the sleeping instances (POST /models/unload), then look again; past that, find the "
+                        "process with `nvidia-smi --query-compute-apps=pid,name,used_memory --format=csv`")]
     return [Finding("vram", ERROR,
                     f"VRAM in use above {threshold_mib:.0f} MiB before a load ({where}) with no model of the "
                     "server loaded: another process holds it, and llama.cpp's --fit may then put layers on the CPU.",

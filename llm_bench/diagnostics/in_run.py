@@ -26,10 +26,12 @@ from llm_bench.diagnostics.vllm_evidence import (
     ServerConfig,
     check_dtype_with_speculation,
     check_prefix_caching,
+    serving,
     vllm_command_lines,
     vllm_config,
 )
 from llm_bench.engines import Engine
+from llm_bench.engines.metrics import SpecCounters
 from llm_bench.gpu import roofline
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.results import AliasRecord
@@ -40,10 +42,41 @@ Log = Callable[[str], None]
 @dataclass(frozen=True)
 class BeforeTheRun:
     """Findings by alias, and how an OpenAI server drafts where its command line says (None: unknown), so
-    that an acceptance trap in its log is blamed on the right cause."""
+    that an acceptance trap in its log is blamed on the right cause; ``config``: all that the server's
+    evidence says of it (its speculation, recorded on every record by ``describe_served``)."""
 
     findings: dict[str, list[Finding]]
     drafts_from_context: bool | None = None
+    config: ServerConfig = ServerConfig()
+
+
+def _log_text(settings: Checks, log: Log) -> str | None:
+    source = log_source(settings.log_file, settings.log_command)
+    if source is None:
+        return None
+    try:
+        return source.read()
+    except (OSError, subprocess.SubprocessError) as e:
+        log(f"doctor: could not read the server log from {source.describe()}: {e}")
+        return None
+
+
+def describe_served(engine: Engine, alias: str, record: AliasRecord, config: ServerConfig | None) -> None:
+    """What an OpenAI server says of itself, where no preset arguments do: its speculation (command line, the
+    log's config line, /metrics) and its context (/v1/models), each with where it was read."""
+    if record.preset_args or engine.capabilities.presets:
+        return
+    config = config or ServerConfig()
+    record.speculation = config.speculation
+    if config.speculative:
+        record.server_evidence.append(f"speculation {config.speculation}: {config.speculative}")
+    context = engine.context_length(alias)
+    if context is not None:
+        record.context = context
+        record.server_evidence.append(f"context {context}: max_model_len in /v1/models")
+    elif config.context is not None:
+        record.context = config.context[0]
+        record.server_evidence.append(f"context {config.context[0]}: {config.context[1]}")
 
 
 def before_the_run(engine: Engine, aliases: Sequence[str], settings: Checks, log: Log) -> BeforeTheRun:
@@ -55,7 +88,8 @@ def before_the_run(engine: Engine, aliases: Sequence[str], settings: Checks, log
     server: list[Finding] = []
     config = ServerConfig()
     if not engine.capabilities.presets:
-        config = vllm_config(vllm_command_lines(), None, engine.metrics_text())
+        config = vllm_config(serving(vllm_command_lines(), engine.base_url), None, engine.metrics_text(),
+                             _log_text(settings, log))
         server = check_dtype_with_speculation(config) + check_prefix_caching(config)
     for finding in server:
         log(f"!!! {finding.text()}")
@@ -66,7 +100,16 @@ def before_the_run(engine: Engine, aliases: Sequence[str], settings: Checks, log
             log(f"!!! {finding.text()}")
         if server or own:
             out[alias] = server + own
-    return BeforeTheRun(out, config.drafts_from_context)
+    return BeforeTheRun(out, config.drafts_from_context, config)
+
+
+def _run_counters(records: Sequence[AliasRecord]) -> SpecCounters | None:
+    """The /metrics counters of the alias's measured requests, summed over its records."""
+    specs = [r.spec for r in records if r.spec is not None and r.spec.drafts is not None]
+    if not specs:
+        return None
+    return SpecCounters(sum(s.draft_tokens for s in specs), sum(s.accepted_tokens for s in specs),
+                        sum(s.drafts or 0.0 for s in specs))
 
 
 class InRunChecks:
@@ -121,7 +164,8 @@ class InRunChecks:
             where = f"the server log ({self.source.describe()})"
             findings += [f for f in check_offload(since, self.nvml.count(), where) if f.severity != INFO]
             findings += check_fa_fallback(since, where)
-            findings += check_acceptance_log(since, where, self.drafts_from_context)
+            findings += check_acceptance_log(since, where, self.drafts_from_context, _run_counters(records),
+                                             "the part logged while this alias was measured")
         # a workload that depends on a cached prefix, measured on a preset that turned the cache off
         findings += check_prefix_caching(ServerConfig(), {r.alias: r.preset_args for r in caching if r.preset_args})
         bandwidth = self.nvml.memory_bandwidth_gbs(0) if self.nvml.available else None

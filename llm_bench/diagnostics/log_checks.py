@@ -13,9 +13,10 @@ OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 # %s-%s, converting K and V to f16 instead (slow). Add \"%s-%s\" to GGML_CUDA_FA_QUANTS to compile it.\n")
 FA_FALLBACK = re.compile(r"no FlashAttention vector kernel compiled for K/V types (\S+)-(\S+), converting K and V "
                          r"to f16 instead")
-# router: "load: spawning server instance with name=ALIAS on port PORT"; instance lines start "[PORT] "
+# router: "load: spawning server instance with name=ALIAS on port PORT"; instance lines start "[PORT] ", the port
+# printed "[%5d]" (tools/server/server-models.cpp): a port under 10000 is space-padded, "[ 8080] "
 SPAWN = re.compile(r"spawning server instance with name=(\S+) on port (\d+)")
-INSTANCE_LINE = re.compile(r"^\[(\d+)\] ")
+INSTANCE_LINE = re.compile(r"^\[ *(\d+)\] ")
 MODEL_LOADING = re.compile(r"load_model: loading model '([^']+)'")
 # ggml/src/ggml-cuda/ggml-cuda.cu, ggml_cuda_init: "failed to initialize CUDA: %s" or
 # "found %d CUDA devices (Total VRAM: %zu MiB):"

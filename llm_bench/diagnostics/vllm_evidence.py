@@ -1,6 +1,8 @@
-"""vLLM's configuration as the evidence gives it (local command lines, compose and .env files, /metrics
-labels): dtype, speculative decoding and its method, prefix caching, eager mode; and the checks on it.
-Pure functions, but for reading /proc."""
+"""vLLM's configuration as the evidence gives it (local command lines, compose and .env files, the log's
+"with config:" line, /metrics): dtype, speculative decoding with its method and tokens, prefix caching,
+compilation off (eager), the context; and the checks on it. Every spelling vLLM 0.32's own argument parser
+(``vllm/utils/argparse_utils.py``, ``vllm/engine/arg_utils.py``) turns into one of these is read, and
+tests/test_vllm_real.py checks the reading against that parser. Pure functions, but for reading /proc."""
 
 from __future__ import annotations
 
@@ -9,10 +11,11 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from llm_bench.diagnostics.findings import ERROR, WARNING, Finding
-from llm_bench.engines.metrics import parse_prometheus
-from llm_bench.preset_args import VLLM_SPEC_CONFIG, VLLM_SPEC_MODEL, VLLM_SPECULATION
+from llm_bench.engines.metrics import ACCEPTED_PER_POS, DRAFTS, parse_prometheus
+from llm_bench.preset_args import VLLM_SPEC_CONFIG, VLLM_SPEC_KEYS, VLLM_SPEC_MODEL, VLLM_SPECULATION
 
 
 def vllm_command_lines(proc: Path = Path("/proc")) -> list[str]:
@@ -29,19 +32,87 @@ def vllm_command_lines(proc: Path = Path("/proc")) -> list[str]:
     return lines
 
 
-def check_enforce_eager(command_lines: Sequence[str] = (), metrics_text: str | None = None) -> list[Finding]:
-    fix = ("remove --enforce-eager (and enforce_eager from any config file) so vLLM captures CUDA graphs and "
-           "compiles the model; if it was a workaround for a bug, check that the bug still exists")
+def serving(lines: Sequence[str], url: str) -> list[str]:
+    """The command lines of the vLLM that serves ``url``'s port, where one does (another local vLLM says nothing
+    of it); else all of them (a container's vLLM listens on its own port, mapped to another on the host)."""
+    port = urlsplit(url).port
+    own = [line for line in lines if port is not None and flag_value(line, "--port") == str(port)]
+    return own or list(lines)
+
+
+# vLLM's compilation switches: --enforce-eager, and what its docs call equivalent (no torch.compile, no CUDA graphs)
+EAGER = ("--enforce-eager", "--enforce_eager")
+OPTIMIZATION_LEVEL = ("--optimization-level", "--optimization_level")
+COMPILATION_CONFIG = ("--compilation-config", "--compilation_config", "-cc")
+_TRUE = r"(?:\s*=\s*[\"']?(?:true|1)\b|(?=[\s\"',\]]|$)(?!\s+[\"']?(?:false|0)\b))"
+
+
+def _alternatives(flags: Sequence[str]) -> str:
+    # a flag as a word of its own, not the tail of another (--no-enable-prefix-caching, --kv-cache-dtype)
+    return r"(?<![\w-])(?:" + "|".join(map(re.escape, sorted(flags, key=len, reverse=True))) + ")"
+
+
+def dotted(text: str, flags: Sequence[str]) -> dict[str, str]:
+    """The dotted keys of a JSON-valued flag, as vLLM's parser merges them into its JSON
+    (``-sc.method ngram``, ``--compilation-config.mode=none``): key -> value, the last one winning."""
+    found: dict[str, str] = {}
+    for m in re.finditer(_alternatives(flags) + r"""\.([\w.]+)(?:\s*=\s*|["']?(?:\s*,\s*|\s+))["']?([^\s"',\]]+)""", text):
+        found[m[1]] = m[2]
+    return found
+
+
+def json_values(text: str, flags: Sequence[str], env_key: str | None = None) -> list[dict]:
+    """Every JSON object given to one of ``flags`` (on a command line, in a compose list, or as ``env_key=`` in
+    an .env file), in order."""
+    name = _alternatives(flags) + (rf"|\b{env_key}" if env_key else "")
+    at = re.compile(f"(?:{name})" + r"""["']?(?:\s*,\s*|\s*[=:]\s*|\s+)["']?(?=\{)""", re.IGNORECASE)
+    configs = []
+    for m in at.finditer(text):
+        try:
+            config, _ = json.JSONDecoder().raw_decode(text, m.end())
+        except ValueError:
+            continue
+        if isinstance(config, dict):
+            configs.append(config)
+    return configs
+
+
+def compilation_off(text: str) -> str | None:
+    """The spelling that turns vLLM's compilation and CUDA graphs off, where the text has one:
+    --enforce-eager, -O0 (-O 0, -O=0, --optimization-level 0), a compilation config's mode NONE (0), or its
+    cudagraph_mode NONE (as JSON after -cc, or dotted: -cc.mode=none)."""
+    m = re.search(_alternatives(EAGER) + _TRUE, text, re.IGNORECASE)
+    if m:
+        return m[0].strip()
+    # -O0, -O 0, -O=0 (vLLM rewrites each to --optimization-level 0), and the long flag itself
+    level = "|".join(map(re.escape, OPTIMIZATION_LEVEL))
+    m = re.search(rf"""(?<![\w-])(?:-O(?:\s*=\s*|\s+)?|(?:{level})["']?(?:\s*=\s*|\s*,\s*|\s+)["']?)0(?![\w.])""", text)
+    if m:
+        return m[0].strip()
+    settings: dict[str, object] = {}
+    for config in json_values(text, COMPILATION_CONFIG):
+        settings.update(config)
+    settings.update(dotted(text, COMPILATION_CONFIG))
+    for key in ("mode", "level", "cudagraph_mode"):  # level: vLLM's older name of mode
+        if key in settings and str(settings[key]).strip().upper() in ("NONE", "0"):
+            return f"compilation config {key}={settings[key]}"
+    return None
+
+
+def check_enforce_eager(command_lines: Sequence[str] = (), log_text: str | None = None) -> list[Finding]:
+    """Compilation off: any spelling on a command line, or the log's config line saying so."""
+    fix = ("remove --enforce-eager, -O0 (--optimization-level 0) and a compilation config's mode or cudagraph_mode "
+           "NONE (also from any config file) so vLLM captures CUDA graphs and compiles the model; if it was a "
+           "workaround for a bug, check that the bug still exists")
     for line in command_lines:
-        if re.search(r"(^|\s)--enforce-eager(\s|=true|=True|$)", line):
-            return [Finding("vllm-eager", ERROR, f"vLLM runs with --enforce-eager (command line: {line[:300]}); "
-                            "eager mode decodes several times slower.", fix)]
-    if metrics_text:
-        for sample in parse_prometheus(metrics_text):
-            if sample.labels.get("enforce_eager", "").lower() == "true":
-                return [Finding("vllm-eager", ERROR,
-                                f"vLLM reports enforce_eager=\"{sample.labels['enforce_eager']}\" in {sample.name}.",
-                                fix)]
+        spelling = compilation_off(line)
+        if spelling:
+            return [Finding("vllm-eager", ERROR, f"vLLM runs with compilation off ({spelling}; command line: "
+                            f"{line[:300]}); eager mode decodes several times slower.", fix)]
+    said = log_config(log_text or "").eager
+    if said:
+        return [Finding("vllm-eager", ERROR, f"vLLM runs with compilation off ({said}); eager mode decodes several "
+                        "times slower.", fix)]
     return []
 
 
@@ -54,14 +125,13 @@ SETTING = re.compile(r"""^\s*(?:-\s*)?(?:export\s+)?["']?([A-Za-z_][A-Za-z0-9_]*
 def flag_value(text: str, *flags: str) -> str | None:
     """The value after the last of ``flags`` in a command line, a compose ``command:`` string or list."""
     found = None
-    for flag in flags:
-        for m in re.finditer(re.escape(flag) + r"""["']?(?:\s*,\s*|\s+|=)["']?([^\s"',\]]+)""", text):
-            found = m[1]
+    for m in re.finditer(_alternatives(flags) + r"""["']?(?:\s*,\s*|\s+|=)["']?([^\s"',\]]+)""", text):
+        found = m[1]
     return found
 
 
 def has_flag(text: str, *flags: str) -> bool:
-    return any(re.search(re.escape(flag) + r"""(?=["'\s=,\]]|$)""", text) for flag in flags)
+    return re.search(_alternatives(flags) + r"""(?=["'\s=,\]]|$)""", text) is not None
 
 
 def settings_in(text: str) -> dict[str, str]:
@@ -76,7 +146,7 @@ def settings_in(text: str) -> dict[str, str]:
 
 # vLLM's SpeculativeConfig.method values that propose from the context instead of a drafter's weights
 # (ngram, ngram_gpu, suffix)
-def _method_drafts_from_context(method: str) -> bool:
+def method_drafts_from_context(method: str) -> bool:
     return method.startswith("ngram") or method == "suffix"
 
 
@@ -88,37 +158,54 @@ class ServerConfig:
     speculative: str | None = None  # evidence that speculative decoding is on
     prefix_caching_off: str | None = None  # evidence that prefix caching is off
     speculative_method: str | None = None  # vLLM's method (eagle3, mtp, ngram, ...), where the evidence names it
+    speculative_tokens: int | None = None  # tokens drafted per round, where the evidence says
+    eager: str | None = None  # evidence that compilation and CUDA graphs are off
+    context: tuple[int, str] | None = None  # (max_model_len, evidence)
+
+    @property
+    def speculation(self) -> str | None:
+        """The Speculation column's text for this server ("ngram n=3"); None where it does not draft."""
+        if self.speculative is None:
+            return None
+        text = self.speculative_method or "on"
+        return text + (f" n={self.speculative_tokens}" if self.speculative_tokens else "")
 
     @property
     def drafts_from_context(self) -> bool | None:
         """n-gram or suffix drafting (no drafter, so no drafter dtype that could be wrong); None: unknown."""
-        return None if self.speculative_method is None else _method_drafts_from_context(self.speculative_method)
+        return None if self.speculative_method is None else method_drafts_from_context(self.speculative_method)
 
 
-# where a --speculative-config JSON starts: on a command line, in a compose list, as SPECULATIVE_CONFIG= in a .env
-SPEC_CONFIG_AT = re.compile("(?:" + "|".join(map(re.escape, VLLM_SPEC_CONFIG)) + r"""|\bSPECULATIVE_CONFIG)["']?"""
-                            r"""(?:\s*,\s*|\s*[=:]\s*|\s+)["']?(?=\{)""", re.IGNORECASE)
+def speculative_settings(text: str) -> dict[str, str] | None:
+    """The speculative config a command line or file gives, merged as vLLM merges it: the JSON (also as
+    SPECULATIVE_CONFIG= in an .env), its dotted keys (-sc.method ngram), the shorthands for method, model and
+    tokens, and the older flag naming a drafter. None where none of them is there."""
+    settings: dict[str, str] = {}
+    older = flag_value(text, *VLLM_SPEC_MODEL)
+    if older:
+        settings["model"] = older
+    for config in json_values(text, VLLM_SPEC_CONFIG, "SPECULATIVE_CONFIG"):
+        settings.update({k: str(v) for k, v in config.items() if v is not None})
+    settings.update(dotted(text, VLLM_SPEC_CONFIG))
+    for key, flags in VLLM_SPEC_KEYS.items():
+        value = flag_value(text, *flags)
+        if value:
+            settings[key] = value
+    return settings or None
 
 
 def speculative_method(text: str) -> str | None:
-    """vLLM's speculative method as a command line or file gives it: --speculative-config's JSON (its
-    ``method``; a ``model`` of "ngram" where no method is given, as vLLM reads it), or the older
-    ``--speculative-model [ngram]``."""
-    method = None
-    for at in SPEC_CONFIG_AT.finditer(text):
-        try:
-            config, _ = json.JSONDecoder().raw_decode(text, at.end())
-        except ValueError:
-            continue
-        if isinstance(config, dict):
-            if config.get("method"):
-                method = _method_name(config["method"])
-            elif _method_name(config.get("model", "")) == "ngram":
-                method = "ngram"
-    model = flag_value(text, *VLLM_SPEC_MODEL)
-    if method is None and model and _method_name(model) == "ngram":
-        method = "ngram"
-    return method
+    """vLLM's speculative method as a command line or file gives it: the config's ``method``, or a ``model``
+    of "ngram" where no method is given, as vLLM reads it."""
+    settings = speculative_settings(text) or {}
+    if settings.get("method"):
+        return _method_name(settings["method"])
+    return "ngram" if _method_name(settings.get("model", "")) == "ngram" else None
+
+
+def speculative_tokens(text: str) -> int | None:
+    value = (speculative_settings(text) or {}).get("num_speculative_tokens")
+    return int(value) if value and value.isdigit() else None
 
 
 def _method_name(value: object) -> str:
@@ -126,20 +213,95 @@ def _method_name(value: object) -> str:
     return str(value).strip("[]").lower()
 
 
+@dataclass(frozen=True)
+class LogConfig:
+    """What vLLM's "Initializing a V1 LLM engine (vX) with config: ..." line says (vllm/config/vllm.py
+    VllmConfig.__str__), each value with the line as its evidence."""
+
+    line: str | None = None
+    speculative_method: str | None = None
+    speculative_tokens: int | None = None
+    speculative: bool = False
+    dtype: str | None = None
+    context: int | None = None
+    eager: str | None = None  # compilation off, as the line says it
+    prefix_caching: bool | None = None
+
+
+def log_config(text: str) -> LogConfig:
+    """The last config line of a vLLM log (a restarted server logs a new one)."""
+    lines = [line for line in text.splitlines() if "LLM engine" in line and "with config:" in line]
+    if not lines:
+        return LogConfig()
+    line = lines[-1]
+    quoted = "the server log's config line: " + _quote(line[line.index("with config:"):])
+    spec = re.search(r"speculative_config=SpeculativeConfig\(method='?([\w\[\]-]+)'?.*?num_spec_tokens=(\d+)", line)
+    dtype = re.search(r"\bdtype=(?:torch\.)?(\w+)", line)
+    context = re.search(r"\bmax_seq_len=(\d+)", line)
+    prefix = re.search(r"\benable_prefix_caching=(True|False)", line)
+    eager = None
+    if re.search(r"\benforce_eager=True", line):
+        eager = f"enforce_eager=True in {quoted}"
+    elif re.search(r"'mode': <CompilationMode\.NONE", line):
+        eager = f"compilation mode NONE in {quoted}"
+    elif re.search(r"'cudagraph_mode': <CUDAGraphMode\.NONE", line):
+        eager = f"cudagraph_mode NONE in {quoted}"
+    return LogConfig(quoted, _method_name(spec[1]) if spec else None, int(spec[2]) if spec else None,
+                     spec is not None, dtype[1] if dtype else None, int(context[1]) if context else None, eager,
+                     None if prefix is None else prefix[1] == "True")
+
+
+def _quote(text: str, limit: int = 240) -> str:
+    """A quote that keeps its start: cut at the end, and said to be cut."""
+    text = text.strip()
+    return f"\"{text}\"" if len(text) <= limit else f"\"{text[:limit]}...\" (cut)"
+
+
 def vllm_config(command_lines: Sequence[str] = (), files: dict[str, str] | None = None,
-                metrics_text: str | None = None) -> ServerConfig:
-    """Read dtype, speculative decoding and prefix caching from every source given."""
-    dtype = speculative = prefix_off = method = None
+                metrics_text: str | None = None, log_text: str | None = None) -> ServerConfig:
+    """Read dtype, speculative decoding, prefix caching, compilation and the context from every source given;
+    a command line or file outranks the log's config line, which outranks /metrics."""
+    dtype = speculative = prefix_off = method = tokens = eager = context = None
+    logged = log_config(log_text or "")
+    if logged.line:
+        if logged.dtype:
+            dtype = (logged.dtype, logged.line)
+        if logged.speculative:
+            speculative, method, tokens = logged.line, logged.speculative_method, logged.speculative_tokens
+        if logged.prefix_caching is False:
+            prefix_off = logged.line
+        eager = logged.eager
+        if logged.context:
+            context = (logged.context, logged.line)
+    if metrics_text and speculative is None:
+        samples = parse_prometheus(metrics_text)
+        # vLLM creates its spec_decode counters only with a speculative config, one per-position counter for
+        # each token a round drafts (vllm/v1/spec_decode/metrics.py SpecDecodingProm)
+        if any(s.name == DRAFTS for s in samples):
+            positions = {s.labels.get("position") for s in samples if s.name == ACCEPTED_PER_POS}
+            speculative = f"metrics: {DRAFTS} is there, with {len(positions)} per-position counter(s)"
+            tokens = len(positions) or None
+        for sample in samples:
+            if sample.labels.get("enable_prefix_caching", "").lower() == "false":  # vllm:cache_config_info
+                prefix_off = f"metrics: {sample.name}{{enable_prefix_caching=\"{sample.labels['enable_prefix_caching']}\"}}"
     for line in command_lines:
         value = flag_value(line, "--dtype")
         if value:
             dtype = (value, f"command line: {line[:300]}")
-        if has_flag(line, *VLLM_SPECULATION):
+        settings = speculative_settings(line)
+        if settings is not None:
             speculative = f"command line: {line[:300]}"
             method = speculative_method(line) or method
+            tokens = speculative_tokens(line) or tokens
         if has_flag(line, "--no-enable-prefix-caching") or flag_value(line, "--enable-prefix-caching") in (
                 "False", "false", "0"):
             prefix_off = f"command line: {line[:300]}"
+        spelling = compilation_off(line)
+        if spelling:
+            eager = f"{spelling} on the command line: {line[:300]}"
+        value = flag_value(line, "--max-model-len", "--max_model_len")
+        if value and value.isdigit() and context is None:
+            context = (int(value), f"command line: --max-model-len {value}")
     for name, text in (files or {}).items():
         value = flag_value(text, "--dtype")
         if value:
@@ -159,20 +321,15 @@ def vllm_config(command_lines: Sequence[str] = (), files: dict[str, str] | None 
                     method = value.lower()  # HyperQwen's SPEC=dflash2, SPEC=ngram
             if upper in ("PREFIX_CACHE", "ENABLE_PREFIX_CACHING", "PREFIX_CACHING") and value.lower() in OFF_VALUES:
                 prefix_off = f"{name}: {key}={value}"
-        method = speculative_method(text) or method  # a JSON config: on a compose command, in SPECULATIVE_CONFIG=
-    if metrics_text:
-        for sample in parse_prometheus(metrics_text):
-            labels = sample.labels
-            for key in ("dtype", "model_dtype"):
-                if labels.get(key) and not dtype:
-                    dtype = (labels[key], f"metrics: {sample.name}{{{key}=\"{labels[key]}\"}}")
-            if labels.get("enable_prefix_caching", "").lower() == "false":
-                prefix_off = f"metrics: {sample.name}{{enable_prefix_caching=\"{labels['enable_prefix_caching']}\"}}"
-            if labels.get("speculative_config", "").lower() not in OFF_VALUES and "speculative_config" in labels:
-                speculative = f"metrics: {sample.name}{{speculative_config=...}}"
-            if sample.name == "vllm:spec_decode_num_drafts_total" and sample.value > 0 and not speculative:
-                speculative = f"metrics: vllm:spec_decode_num_drafts_total {sample.value:.0f}"
-    return ServerConfig(dtype, speculative, prefix_off, method)
+        settings = speculative_settings(text)
+        if settings is not None:  # a JSON config on a compose command or in SPECULATIVE_CONFIG=, the shorthands
+            speculative = speculative or f"{name}: {', '.join(f'{k}={v}' for k, v in settings.items())}"
+            method = speculative_method(text) or method
+            tokens = speculative_tokens(text) or tokens
+        spelling = compilation_off(text)
+        if spelling:
+            eager = f"{spelling} in {name}"
+    return ServerConfig(dtype, speculative, prefix_off, method, tokens, eager, context)
 
 
 def check_dtype_with_speculation(config: ServerConfig) -> list[Finding]:

@@ -7,8 +7,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from llm_bench.engines import llama_cpp, openai
-from llm_bench.engines.base import Capabilities, Connection, Engine, EngineKind
+from llm_bench.engines.base import PRESET_SOURCE, Capabilities, Connection, Engine, EngineKind, RouterListing
 from llm_bench.engines.client import DEFAULT_STREAMS
 from llm_bench.engines.errors import UnknownAlias
 from llm_bench.engines.llama_cpp import LlamaCppEngine
@@ -49,12 +51,37 @@ def open_engine(kind: str, url: str, *, timeout: float, api_key: str | None = No
     return _kind(kind).open(Connection(url, timeout, api_key, metrics_url, load_timeout, streams, metrics_key))
 
 
-def select_models(engine: Engine, wanted: tuple[str, ...]) -> list[str]:
+SOURCE_WHY = {
+    "cache": "a download in the router's model cache (LLAMA_CACHE), listed under no preset's settings",
+    "models_dir": "a file of the router's --models-dir, under no preset's settings",
+}
+
+
+def left_out(engine: Engine) -> dict[str, str]:
+    """The entries a run measures only when named: a router's listing beyond its presets (llama.cpp lists
+    every model of its cache beside the presets, once a preset has downloaded one), each with why."""
+    if not isinstance(engine, RouterListing):
+        return {}
+    return {alias: SOURCE_WHY.get(source, f"source {source!r}, not a preset")
+            for alias, source in engine.sources().items() if source != PRESET_SOURCE}
+
+
+def select_models(engine: Engine, wanted: tuple[str, ...], log: Callable[[str], None] | None = None) -> list[str]:
+    """The aliases named, each one the server lists; none named: every preset the server lists (what was
+    left out said through ``log``)."""
     listed = engine.models()
     if not wanted:
         if not listed:
             raise UnknownAlias(f"the server at {engine.base_url} lists no models")
-        return listed
+        skipped = left_out(engine)
+        measured = [a for a in listed if a not in skipped]
+        if not measured:
+            raise UnknownAlias(f"the server at {engine.base_url} lists no preset, only {', '.join(skipped)}; "
+                               "name what to measure (--alias ALIAS)")
+        if skipped and log is not None:
+            for alias, why in skipped.items():
+                log(f"Not measured: {alias} ({why}); name it (--alias {alias}) to measure it")
+        return measured
     unknown = [a for a in wanted if a not in listed]
     if unknown:
         what = "preset(s)" if engine.capabilities.presets else "model(s)"
@@ -62,4 +89,3 @@ def select_models(engine: Engine, wanted: tuple[str, ...]) -> list[str]:
             f"unknown {what} {', '.join(unknown)}; the server at {engine.base_url} lists: {', '.join(listed)}"
         )
     return list(wanted)
-

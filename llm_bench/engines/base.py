@@ -119,6 +119,37 @@ class Engine(Protocol):
         ...
 
 
+# A llama.cpp router's states of a model instance (tools/server/server-models.h). A sleeping instance
+# (--sleep-idle-seconds) is still a process: it freed its model's memory, keeps its GPU context, and the next
+# request wakes it with a reload; it is neither loaded nor unloaded.
+LOADED_STATES = ("loaded", "loading")
+SLEEPING = "sleeping"
+PRESET_SOURCE = "preset"
+
+
+@runtime_checkable
+class RouterListing(Protocol):
+    """What a router says of its entries beyond the ``Engine`` interface (a llama.cpp router)."""
+
+    def sources(self) -> dict[str, str]:
+        """Each listed entry's source: "preset", "cache" (a download in its model cache), "models_dir"."""
+        ...
+
+    def sleeping_models(self) -> list[str]:
+        """The instances asleep: a process without its model's memory, woken by the next request."""
+        ...
+
+    def load_stages(self) -> dict[str, float]:
+        """The last warm-up's load, stage by stage (seconds of "text_model", "spec_model", ...), where the
+        router reports stages."""
+        ...
+
+    def speculation(self, alias: str) -> str | None:
+        """The speculation a running instance has in effect ("none", "draft-simple", ...), from its /slots;
+        None where it does not say (not running, slots hidden)."""
+        ...
+
+
 @dataclass(frozen=True)
 class Connection:
     """How to reach a server, as the command line and plans give it; each kind of engine takes what it uses."""

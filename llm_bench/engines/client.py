@@ -35,6 +35,10 @@ class ModelInfo:
     args: tuple[str, ...] = ()
     failed: bool = False
     exit_code: int | None = None
+    # Where the router found it (llama.cpp's server-models.cpp): "preset" (the presets INI), "cache" (a
+    # Hugging Face download in LLAMA_CACHE, listed under no preset's settings), "models_dir"; None from a
+    # router that does not say.
+    source: str | None = None
 
     @classmethod
     def from_json(cls, item: dict[str, Any]) -> ModelInfo:
@@ -47,6 +51,7 @@ class ModelInfo:
             args=tuple(str(a) for a in status.get("args", ())),
             failed=bool(status.get("failed", False)),
             exit_code=status.get("exit_code"),
+            source=item.get("source") if isinstance(item.get("source"), str) else None,
         )
 
 
@@ -321,6 +326,22 @@ class RouterClient(OpenAIClient):
             raise ServerError(f"{alias!r} is still {last[0].status!r} after {timeout:.0f} s (wanted {wanted!r})")
         return info
 
+    def slots(self, alias: str) -> list[Any] | None:
+        """The instance's slots (``/slots?model=ALIAS``), without loading it; None where it has none to show
+        (started with ``--no-slots``, not running)."""
+        response = self._request("GET", "/slots", params={"model": alias, "autoload": "false"})
+        try:
+            body = response.json() if response.status_code == 200 else None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None
+        return body if isinstance(body, list) else None
+
+    def metrics(self, alias: str) -> str | None:
+        """The instance's Prometheus page (``/metrics?model=ALIAS``, proxied by the router to it), without
+        loading it; None when it has none: started without ``metrics = true`` (HTTP 501), not running."""
+        response = self._request("GET", "/metrics", params={"model": alias, "autoload": "false"})
+        return response.text if response.status_code == 200 else None
+
     def props(self, alias: str | None = None) -> dict[str, Any]:
         # autoload=false: asking for properties must not load a model behind the benchmark's back.
         params = {"model": alias, "autoload": "false"} if alias else {}
@@ -337,6 +358,10 @@ class StatusWatcher:
     def __init__(self, base_url: str, alias: str, headers: httpx.Headers | None = None):
         self.alias = alias
         self.transitions: list[str] = []
+        # a loading instance's progress names its stage (tools/server/server-context.cpp, load_model:
+        # "text_model", then "spec_model" for a drafter, "mmproj_model"), each from 0 to 1: when each was
+        # first and last seen
+        self._stage_seen: dict[str, list[float]] = {}
         self._client = httpx.Client(base_url=base_url, headers=headers, timeout=httpx.Timeout(None, connect=5.0))
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -352,6 +377,11 @@ class StatusWatcher:
                     if event.get("model") != self.alias or event.get("event") not in ("model_status", "status_change"):
                         continue
                     status = (event.get("data") or {}).get("status")
+                    progress = (event.get("data") or {}).get("progress")
+                    stage = progress.get("current") if isinstance(progress, dict) else None
+                    if isinstance(stage, str):
+                        now = time.monotonic()
+                        self._stage_seen.setdefault(stage, [now, now])[1] = now
                     if status and (not self.transitions or self.transitions[-1] != status):
                         self.transitions.append(status)
                     if status == "loaded" or (status == "unloaded" and len(self.transitions) > 1):
@@ -361,6 +391,12 @@ class StatusWatcher:
         finally:
             self._ready.set()
             self._client.close()
+
+    @property
+    def stages(self) -> dict[str, float]:
+        """Seconds each load stage took, from its first progress event to its last (its 100 %); empty from a
+        router that reports no stages."""
+        return {stage: round(last - first, 4) for stage, (first, last) in self._stage_seen.items()}
 
     def __enter__(self) -> StatusWatcher:
         self._thread.start()

@@ -1,15 +1,22 @@
 """A llama.cpp router: presets are unloaded between aliases, so a cold load is measured; decode
-speed and drafting come from the server's own per-request ``timings``."""
+speed and drafting come from the server's own per-request ``timings``, draft rounds and per-position
+acceptance from the instance's ``/metrics`` where the preset turns it on."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from llm_bench.engines.base import Capabilities, Connection, EngineKind
+from llm_bench.engines.base import LOADED_STATES, SLEEPING, Capabilities, Connection, EngineKind
 from llm_bench.engines.client import DEFAULT_STREAMS, RouterClient, StatusWatcher
 from llm_bench.engines.completion import Completion, CompletionRequest, parse_completion
 from llm_bench.engines.logprobs import LlamaServerLogprobs
-from llm_bench.engines.metrics import PrefixCacheCounters, SpecCounters
+from llm_bench.engines.metrics import (
+    LLAMA_CPP_PREFIX,
+    PrefixCacheCounters,
+    SpecCounters,
+    parse_prometheus,
+    spec_counters,
+)
 from llm_bench.engines.stream import ChatRequest, StreamMeasurement
 
 
@@ -24,6 +31,7 @@ class LlamaCppEngine:
         self.client = RouterClient(url, api_key=api_key, timeout=timeout, streams=streams)
         self.base_url = self.client.base_url
         self.load_timeout = load_timeout
+        self._load_stages: dict[str, float] = {}  # the last warm-up's load, stage by stage (/models/sse)
 
     def close(self) -> None:
         self.client.close()
@@ -32,13 +40,35 @@ class LlamaCppEngine:
         return [m.id for m in self.client.models()]
 
     def loaded_models(self) -> list[str]:
-        return [m.id for m in self.client.models() if m.status != "unloaded"]
+        # not the sleeping: their model's memory is freed (sleeping_models names them)
+        return [m.id for m in self.client.models() if m.status in LOADED_STATES]
+
+    def sleeping_models(self) -> list[str]:
+        return [m.id for m in self.client.models() if m.status == SLEEPING]
+
+    def speculation(self, alias: str) -> str | None:
+        # Per slot (tools/server/server-context.cpp, the slot's to_json): "speculative" is can_speculate(), and
+        # params["speculative.types"] the types comma-joined ("none,draft-simple" on b11434). Not /props: its
+        # default_generation_settings carry the sampling settings only, and say "none" whatever runs.
+        slots = self.client.slots(alias)
+        if not slots or not isinstance(slots[0], dict):
+            return None
+        types = [t for t in str((slots[0].get("params") or {}).get("speculative.types") or "").split(",")
+                 if t and t != "none"]
+        if slots[0].get("speculative") is False or not types:
+            return "none"
+        return ",".join(types)
+
+    def sources(self) -> dict[str, str]:
+        # a router older than the model cache listing names no source: every entry is then a preset
+        return {m.id: m.source or "preset" for m in self.client.models()}
 
     def metrics_text(self) -> str | None:
         return None  # the router's per-request timings carry what llm-bench reads
 
     def make_cold(self, alias: str) -> bool:
-        """Unload the alias and wait until the router says so; True: a cold load can be timed."""
+        """Unload the alias and wait until the router says so; True: a cold load can be timed. A sleeping
+        instance is unloaded too: its wake-up is a reload inside a running process, not the cold load."""
         if self.client.model(alias).status != "unloaded":
             self.client.unload(alias)
             # an unload ends within tens of milliseconds, and every alias waits for one before its cold load
@@ -48,7 +78,11 @@ class LlamaCppEngine:
     def warm_up(self, request: ChatRequest) -> tuple[StreamMeasurement, list[str]]:
         with StatusWatcher(self.base_url, request.model, self.client.http.headers) as watcher:
             measurement = self.stream(request)
+        self._load_stages = watcher.stages
         return measurement, watcher.transitions
+
+    def load_stages(self) -> dict[str, float]:
+        return dict(self._load_stages)
 
     def stream(self, request: ChatRequest) -> StreamMeasurement:
         # cache_prompt false: the slot's cached tokens are not reused, the whole prompt is processed
@@ -82,7 +116,16 @@ class LlamaCppEngine:
         return dict(self.client.http.headers)
 
     def spec_counters(self, alias: str) -> SpecCounters | None:
-        return None  # per-request timings carry draft_n / draft_n_accepted instead
+        """The instance's speculative counters from its /metrics (a preset with ``metrics = true``): draft
+        rounds and per-position acceptance, beside the draft_n / draft_n_accepted every response's timings
+        carry. None without them (metrics off, an older build): the runs' own timings are used."""
+        text = self.client.metrics(alias)
+        if text is None:
+            return None
+        samples = parse_prometheus(text)
+        counters = spec_counters(samples, prefix=LLAMA_CPP_PREFIX)
+        # a build before the families (b11434) lists no draft rounds: its counters add nothing to the timings
+        return counters if counters is not None and counters.drafts is not None else None
 
     def prefix_counters(self, alias: str) -> PrefixCacheCounters | None:
         return None  # timings.cache_n confirms a hit per request

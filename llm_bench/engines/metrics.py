@@ -1,7 +1,8 @@
-"""Speculative-decoding and prefix-cache counters from a Prometheus ``/metrics`` page (vLLM).
+"""Speculative-decoding and prefix-cache counters from a Prometheus ``/metrics`` page (vLLM, llama.cpp).
 
 vLLM exposes cumulative counters; a run's figures are the difference between a scrape
-before and a scrape after it. Families such as ``..._created`` (a Unix timestamp) share a
+before and a scrape after it. llama.cpp (from b11434, PR #26389) has the same four speculative families
+under ``llamacpp:`` (tools/server/server-task.cpp, ``to_metrics``), counted per instance when a request ends. Families such as ``..._created`` (a Unix timestamp) share a
 prefix with the counters, so names are matched exactly, never by substring.
 """
 
@@ -9,11 +10,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from itertools import zip_longest
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+# llama.cpp's families: the same names under its own prefix; "drafts" are its verification steps.
+LLAMA_CPP_PREFIX = "llamacpp:"
 PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
 
@@ -60,11 +64,13 @@ class SpecCounters:
 
     draft_tokens: float
     accepted_tokens: float
-    drafts: float | None = None  # draft rounds; llama.cpp does not report them
+    drafts: float | None = None  # draft rounds (verification steps); None from per-request timings
     accepted_per_position: tuple[float, ...] = field(default=())
 
     def minus(self, before: SpecCounters) -> SpecCounters:
-        per_pos = tuple(a - b for a, b in zip(self.accepted_per_position, before.accepted_per_position, strict=False))
+        # a position first counted during the run (llama.cpp lists its positions once one was drafted) was 0 before
+        per_pos = tuple(a - b for a, b in zip_longest(self.accepted_per_position, before.accepted_per_position,
+                                                      fillvalue=0.0))
         drafts = None if self.drafts is None or before.drafts is None else self.drafts - before.drafts
         return SpecCounters(self.draft_tokens - before.draft_tokens,
                             self.accepted_tokens - before.accepted_tokens, drafts, per_pos)
@@ -85,18 +91,23 @@ class SpecCounters:
         return tuple(a / self.drafts for a in self.accepted_per_position)
 
 
-def spec_counters(samples: list[Sample], model: str | None = None) -> SpecCounters | None:
-    draft_tokens = _sum(samples, DRAFT_TOKENS, model)
-    accepted = _sum(samples, ACCEPTED, model)
+def _named(name: str, prefix: str) -> str:
+    return prefix + name.removeprefix("vllm:")
+
+
+def spec_counters(samples: list[Sample], model: str | None = None, prefix: str = "vllm:") -> SpecCounters | None:
+    """``prefix``: the server's metric prefix, ``vllm:`` or ``llamacpp:`` (LLAMA_CPP_PREFIX)."""
+    draft_tokens = _sum(samples, _named(DRAFT_TOKENS, prefix), model)
+    accepted = _sum(samples, _named(ACCEPTED, prefix), model)
     if draft_tokens is None or accepted is None:
         return None
     positions: dict[int, float] = {}
     for s in samples:
-        if s.name == ACCEPTED_PER_POS and "position" in s.labels and _model_matches(s, model):
+        if s.name == _named(ACCEPTED_PER_POS, prefix) and "position" in s.labels and _model_matches(s, model):
             pos = int(s.labels["position"])
             positions[pos] = positions.get(pos, 0.0) + s.value
     per_pos = tuple(positions.get(i, 0.0) for i in range(max(positions) + 1)) if positions else ()
-    return SpecCounters(draft_tokens, accepted, _sum(samples, DRAFTS, model), per_pos)
+    return SpecCounters(draft_tokens, accepted, _sum(samples, _named(DRAFTS, prefix), model), per_pos)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from typing import Literal
 
 import httpx
 
+from llm_bench.engines.base import LOADED_STATES, SLEEPING
 from llm_bench.engines.client import OpenAIClient, RouterClient
 from llm_bench.engines.errors import ServerError
 from llm_bench.engines.stream import ChatRequest, StreamMeasurement
@@ -125,6 +126,8 @@ class RouterState:
     mode: FreeMode
     was_running: bool
     unloaded: list[str] = field(default_factory=list)
+    # sleeping instances stopped: they held no model, so they are not loaded again (a request starts them)
+    unloaded_sleeping: list[str] = field(default_factory=list)
     stopped: bool = False
 
 
@@ -244,18 +247,19 @@ def free_gpu(router: RouterSide, log: Log = _quiet) -> RouterState:
         return state
     try:
         with RouterClient(router.url, api_key=router.api_key, timeout=30.0) as client:
-            busy = [m for m in client.models() if m.status in ("loaded", "loading")]
+            # a sleeping instance is a process with its GPU context, and a request would reload it onto the GPU
+            busy = [m for m in client.models() if m.status in (*LOADED_STATES, SLEEPING)]
             for info in busy:
                 log(f"unloading {info.id} ({info.status})")
                 client.unload(info.id)
-                state.unloaded.append(info.id)
+                (state.unloaded_sleeping if info.status == SLEEPING else state.unloaded).append(info.id)
             for info in busy:
                 client.wait_for_status(info.id, "unloaded", router.unload_timeout_s)
     except ServerError:
         reload_models(router, state, log)
         raise
     if not busy:
-        log("the router holds no loaded model")
+        log("the router holds no loaded or sleeping model")
     return state
 
 

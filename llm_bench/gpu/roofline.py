@@ -76,10 +76,12 @@ def apply(record, bandwidth_gbs: float | None, size_bytes: int | None = None) ->
 
 
 def acceptance_length(record) -> float | None:
-    """Tokens per target forward pass: the server's figure (vLLM), else estimated for llama.cpp.
+    """Tokens per target forward pass: 1 + accepted / draft rounds, measured where the server counts its
+    rounds (vLLM; llama.cpp from b11434 on a preset with ``metrics = true``: ``spec_decode_num_drafts_total``).
 
-    llama.cpp reports drafted and accepted tokens but not draft rounds; with a draft depth of N (the preset's
-    ``draft_max``) each round drafts (at most) N tokens, so rounds ~ drafted / N and the length ~ 1 + rate x N.
+    Else estimated: per-request timings give drafted and accepted tokens but not rounds; with a draft depth of
+    N (the preset's ``draft_max``) each round drafts (at most) N tokens, so rounds ~ drafted / N and the length
+    ~ 1 + rate x N (an upper estimate: a round that drafts fewer than N tokens counts as less than one).
     """
     spec = record.spec
     if spec is None or not spec.draft_tokens:

@@ -42,7 +42,8 @@ def draw_history_chart(history: History, path: Path, title: str | None = None) -
     stamp = "%m-%d %H:%M" if len({m.strftime("%Y%m%d%H%M") for m in moments}) == len(moments) else "%m-%d %H:%M:%S"
     ticks = [f"{m.strftime(stamp)}\n{_short(first_at[m])}" for m in moments]
     with figure(path, dpi=150, figsize=(max(8.0, 1.1 * len(moments) + 3), 7), nrows=2) as (fig, (decode_ax, ttft_ax)):
-        names = [steps[0].point.name for steps in series.values()]
+        # the series' name without the label: one series may hold results labelled "before" and "after"
+        names = [steps[0].point.configuration for steps in series.values()]
         for n, steps in enumerate(series.values()):
             # one name, several series (another protocol, model or preset): numbered, never merged
             name = names[n] if names.count(names[n]) == 1 else f"{names[n]} #{names[:n + 1].count(names[n])}"

@@ -1,10 +1,12 @@
 """Results files read back as points of a history: one measured configuration of one file, with the build and
 the rig it ran on, and the skip records the watch writes when it did not measure.
 
-What makes two points the same configuration (``Point.series``): the alias and its target, the workload (and
-its category, concurrency or depth), the preset's arguments as the router reports them (without the server
-binary, whose path is the build's, and the port and host the router gives each instance), the model (its
-``--hf-repo`` reference, or its path and size) and the protocol.
+What makes two points the same configuration (``Point.series``): the alias and the workload (and its category,
+concurrency or depth), the preset's arguments as the router reports them (without the server binary, whose path
+is the build's, and the port and host the router gives each instance), the model (its ``--hf-repo`` reference, or
+its path and size), the protocol, and the specialisation the NixOS marker names. Not the target: ``run``'s
+``--label`` is free text ("before", "after" an update), shown beside the result but never a reason to stop
+comparing (a user labelling runs around an update would otherwise never see its regression).
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ from llm_bench.results import (
 from llm_bench.workloads import PARTS
 
 SKIP_FORMAT = "llm-bench-history-skip/1"
-# The instance's own address, given by the router per start: not part of what a preset measures.
-VOLATILE_FLAGS = frozenset({"--port", "--host"})
+# The instance's own address, given by the router per start, and whether its log is coloured (the router passes
+# --log-colors on in a terminal, off under systemd: issue 52): not part of what a preset measures.
+VOLATILE_FLAGS = frozenset({"--port", "--host", "--log-colors"})
 MODEL_FLAGS = ("--model", "-m")
 HF_FLAGS = ("--hf-repo", "-hf", "-hfr")
 # Memory in use before the first load above this much is "busy": another process holds the GPU.
@@ -153,7 +156,7 @@ class Point:
     path: Path
     started_at: datetime
     alias: str
-    name: str  # alias, target and workload: what a person calls the configuration
+    name: str  # target (the label) and configuration: what the table shows
     args: tuple[str, ...]
     model: str
     protocol: str  # canonical JSON of meta.protocol
@@ -161,10 +164,17 @@ class Point:
     rig: dict[str, Any]
     record: AliasRecord
     fingerprint: list[tuple[str, str]] = field(default_factory=list)
+    specialisation: str = ""  # the marker's, where a file records one: another engine is another series
+
+    @property
+    def configuration(self) -> str:
+        """The alias and its workload's part, without the label; and the specialisation where the marker names one."""
+        name = self.record.configuration
+        return f"{name} on {self.specialisation}" if self.specialisation else name
 
     @property
     def series(self) -> tuple[str, ...]:
-        return (self.name, json.dumps(self.args), self.model, self.protocol)
+        return (self.configuration, json.dumps(self.args), self.model, self.protocol)
 
     def decode_values(self, metric: str) -> list[float | None]:
         return [getattr(run, metric) for run in self.record.runs]
@@ -209,6 +219,15 @@ def when_of(meta: dict[str, Any], path: Path) -> datetime:
     return when
 
 
+def specialisation_of(meta: dict[str, Any]) -> str:
+    """The specialisation the NixOS marker named when the file was measured ('' when no marker was read)."""
+    facts = (meta.get("fingerprint") or {}).get("build") or {}
+    value = facts.get("specialisation")
+    if not (isinstance(value, str) and is_available(value)):
+        value = (meta.get("llama_cpp_package") or {}).get("specialisation")
+    return value if isinstance(value, str) and value and is_available(value) else ""
+
+
 def record_name(record: AliasRecord) -> str:
     return f"{record.target} / {record.configuration}" if record.target else record.configuration
 
@@ -238,14 +257,18 @@ def points_of(path: Path, data: dict[str, Any], into: Inputs) -> None:
     protocol = json.dumps(meta.get("protocol") or {}, sort_keys=True)
     printed = fingerprint_facts(meta.get("fingerprint"))
     rig = rig_of(meta)
+    specialisation = specialisation_of(meta)
     for record in result_set.aliases:
         if record.errors or not record.runs:
             into.ignored.append(f"{path}: {record_name(record)} not followed (it failed: "
                                 f"{'; '.join(record.errors) or 'no run measured'})")
             continue
-        into.points.append(Point(path, when, record.alias, record_name(record), config_args(record.preset_args),
+        # the specialisation is shown where the label does not already say it (sweep targets are named after it)
+        name = record_name(record) + (f" on {specialisation}" if specialisation and specialisation != record.target
+                                      else "")
+        into.points.append(Point(path, when, record.alias, name, config_args(record.preset_args),
                                  model_of(record.preset_args, record.model_bytes), protocol,
-                                 build_of(meta, record), rig, record, printed))
+                                 build_of(meta, record), rig, record, printed, specialisation))
 
 
 def results_files(paths: Iterable[Path]) -> list[Path]:

@@ -3,14 +3,16 @@
 The verdict is the report's (``report.verdict``: the Hodges-Lehmann ratio with its exact interval) on the
 per-run decode rates, and on TTFT the other way round (a lower TTFT is faster). What a step is called:
 
-- ``rig change``: a rig fact differs (power limit, PCIe width, driver, memory busy before the load, the
-  CPU governor); the speed may have moved with it, so the build is not blamed;
-- ``twins``: the same build twice; their verdict shows the noise, and is never a regression;
-- otherwise a new build: ``regression`` when its decode is slower beyond noise, else ``faster``,
-  ``within noise`` or ``too few runs`` as the verdict says.
+- a new build: ``regression`` when its decode is slower beyond noise, whatever else changed with it (a
+  ``nixos-rebuild`` after ``nix flake update`` moves llama.cpp and the NVIDIA driver together: the most common
+  update must alert), each rig fact that changed with it named as a co-suspect; else ``faster``,
+  ``within noise`` or ``too few runs`` as the verdict says, the co-changed rig facts noted;
+- the same build with a rig fact changed (power limit, PCIe width, driver, memory busy before the load, the
+  CPU governor): ``rig change``; the speed may have moved with it, and no build is blamed;
+- the same build and rig: ``twins``; their verdict shows the noise, and is never a regression.
 
-Points of one configuration name whose model, preset arguments or protocol differ are never compared;
-each such boundary is a ``Refusal`` with its reason.
+Points of one configuration whose model, preset arguments or protocol differ are never compared; each such
+boundary is a ``Refusal`` with its reason. The label (a run's target) is no part of the configuration.
 """
 
 from __future__ import annotations
@@ -51,12 +53,22 @@ class Step:
             return "first result of this configuration"
         if self.kind == REGRESSION:
             return (f"REGRESSION: decode {self.decode.describe() if self.decode else '-'} from "
-                    f"{self.previous.build.describe()} to {self.point.build.describe()}")
+                    f"{self.previous.build.describe()} to {self.point.build.describe()}"
+                    + (f"; co-suspects, changed with the build: {'; '.join(self.rig)}" if self.rig else ""))
         if self.kind == RIG_CHANGE:
             return f"rig change ({'; '.join(self.rig)}), not blamed on the build"
         if self.kind == TWINS:
             return f"twins (same build): {self.decode.describe() if self.decode else '-'} is the noise"
         return self.decode.describe() if self.decode else self.kind
+
+    @property
+    def rig_note(self) -> str:
+        """The rig facts that changed at this step, said as what they are to the step's verdict."""
+        if not self.rig:
+            return ""
+        if self.kind == RIG_CHANGE:
+            return f"rig: {'; '.join(self.rig)}"
+        return f"changed with the build (co-suspects): {'; '.join(self.rig)}"
 
 
 @dataclass(frozen=True)
@@ -90,10 +102,8 @@ def judge(previous: Point, current: Point, min_effect: float | None = None) -> S
     # TTFT: lower is faster, so the candidate is the earlier one (ratio > 1: this one answers sooner)
     ttft = verdict(previous.ttft_values(), current.ttft_values(), **effect)
     rig = tuple(rig_changes(previous.rig, current.rig))
-    if rig:
-        kind = RIG_CHANGE
-    elif previous.build.identity == current.build.identity:
-        kind = TWINS
+    if previous.build.identity == current.build.identity:
+        kind = RIG_CHANGE if rig else TWINS
     elif decode.kind == SLOWER:
         kind = REGRESSION
     else:
@@ -136,7 +146,7 @@ def history_of(points: Sequence[Point], min_effect: float | None = None) -> Hist
     out = History()
     by_name: dict[str, list[Point]] = {}
     for p in sorted(points, key=made_order):
-        by_name.setdefault(p.name, []).append(p)
+        by_name.setdefault(p.configuration, []).append(p)
     for name, named in by_name.items():
         for a, b in zip(named, named[1:], strict=False):
             why = _difference(a, b)

@@ -61,7 +61,11 @@ def _against(row: Row, step: Step) -> Cell:
 
 COLUMNS: list[Column[Step]] = [
     Column("Configuration", lambda r, s: Cell(s.point.name, {"configuration": s.point.name,
-                                                             "model": s.point.model}), text=True),
+                                                             "model": s.point.model,
+                                                             "series": s.point.configuration,
+                                                             "label": s.point.record.target or None,
+                                                             "specialisation": s.point.specialisation or None}),
+           text=True),
     Column("When", lambda r, s: Cell(f"{s.point.started_at:%Y-%m-%d %H:%M}",
                                      {"started_at": s.point.started_at.isoformat(), "file": str(s.point.path)}),
            text=True),
@@ -75,7 +79,7 @@ COLUMNS: list[Column[Step]] = [
     Column("Decode vs previous", _decode_verdict, text=True),
     Column("TTFT vs previous", _ttft_verdict, text=True),
     Column("Against", _against, text=True),
-    Column("Notes", lambda r, s: Cell("; ".join(x for x in (f"rig: {'; '.join(s.rig)}" if s.rig else "", s.note)
+    Column("Notes", lambda r, s: Cell("; ".join(x for x in (s.rig_note, s.note)
                                                 if x), {"rig_changes": list(s.rig) or None, "note": s.note or None}),
            text=True),
 ]

@@ -77,7 +77,8 @@ def find_baseline(rows: Sequence[Row], baseline: str | None) -> Row | None:
 
 
 def context_of(record: AliasRecord) -> str:
-    return preset_facts(record.preset_args).get("ctx", "-")
+    """The preset's context, else the one an OpenAI server reported (vLLM's max_model_len)."""
+    return preset_facts(record.preset_args).get("ctx") or (str(record.context) if record.context else "-")
 
 
 def base_for(row: Row, rows: Sequence[Row], baseline: Row) -> Row:

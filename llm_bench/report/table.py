@@ -108,7 +108,8 @@ def _roofline(row: Row, _ctx: Context) -> Cell:
 
 
 def _speculation(row: Row) -> Cell:
-    text = speculation(row.record.preset_args)
+    # an OpenAI server has no preset arguments: what it said of itself (record.speculation)
+    text = speculation(row.record.preset_args) if row.record.preset_args else row.record.speculation or "-"
     return Cell(text, {"speculation": None if text == "-" else text})
 
 

@@ -1,12 +1,13 @@
 """The real LiteLLM proxy for the fleet's test bed: installed once per machine into its own
 virtual environment, and started from a config file on a free loopback port.
 
-LiteLLM is pinned (its newest releases need a `litellm-proxy` distribution that the package
-registry here does not have) and kept out of llm-bench's own environment: `litellm[proxy]`
+LiteLLM is pinned to the release nixpkgs ships (1.100.1: what a NixOS fleet runs; 1.104.9 and later
+need `litellm-proxy-extras` post-releases or a `litellm-proxy` distribution that the package registry
+here does not have) and kept out of llm-bench's own environment: `litellm[proxy]`
 brings about 500 MB of pinned dependencies. The environment lives in the same cache as the
 llama-server build (``~/.cache/llm-bench/litellm-<version>``), so checkouts and CI runs share
 it; a stamp file written after a complete install makes ``ensure_litellm`` idempotent. The
-proxy answers about 3 s after its start on the 2-core bed.
+proxy answers about 6 s after its start on the 2-core bed (1.100.1; 1.80.0 took 3 s).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 from llm_bench.testbed.llama_server import cache_dir
 from llm_bench.testbed.router import ServerProcess, free_port, spawn_logged, wait_answering
 
-LITELLM_VERSION = "1.80.0"
+LITELLM_VERSION = "1.100.1"
 REQUIREMENT = f"litellm[proxy]=={LITELLM_VERSION}"
 
 # Offline start: the bundled model cost map instead of a download; no telemetry.

@@ -35,6 +35,13 @@ def _check_name(name: str) -> None:
     if not name or name != name.strip() or any(c in name for c in "]" + FORBIDDEN):
         raise PresetError(f"preset name {name!r} cannot be empty, hold ']', ';', '#' or a line break, "
                           "or start/end blank")
+    if name != "*" and ":" in name:
+        # common/preset.cpp (load_from_ini) reads what follows the last ':' as a quantisation tag, as in
+        # owner/repo:Q8_0, and lists the preset under the tag upper-cased: the alias then matches nothing.
+        head, _, tag = name.rpartition(":")
+        raise PresetError(f"preset name {name!r} holds ':': llama.cpp's router reads what follows it as a "
+                          f"quantisation tag and lists the preset as {head + ':' + tag.upper()!r} (or shorter), so "
+                          f"requests for {name!r} would not find it; use '-' instead ({name.replace(':', '-')!r})")
 
 
 def _check_key(section: str, key: str) -> None:

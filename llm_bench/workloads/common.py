@@ -204,6 +204,9 @@ def describe_summary(record: AliasRecord) -> str:
     return text
 
 
+SUMMARY = "Summarise the document above in three sentences."  # what a long prompt asks after its document
+
+
 def long_prompt(target_tokens: int, chars_per_token: float) -> str:
     """A long document with a unique first line, so its first sending cannot hit any cache."""
     base = shipped_prompt("prose")
@@ -214,4 +217,4 @@ def long_prompt(target_tokens: int, chars_per_token: float) -> str:
     while sum(map(len, parts)) < wanted:
         parts.append(f"Section {n}. {base}\n")
         n += 1
-    return "".join(parts)[:wanted] + "\n\nSummarise the document above in three sentences."
+    return "".join(parts)[:wanted] + "\n\n" + SUMMARY

@@ -7,12 +7,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from llm_bench.engines import Engine
+from llm_bench.engines.errors import ServerError
 from llm_bench.results import AliasRecord, known, run_record
 from llm_bench.support.numbers import fmt as figure
 from llm_bench.tables import Cell, Row, Table, notes_of
 from llm_bench.validation import check_fields
 from llm_bench.workloads.base import Flag, Keep, Log, RunParameters, Workload
-from llm_bench.workloads.common import chat_request, derive, fmt, long_prompt
+from llm_bench.workloads.common import SUMMARY, WorkloadInterrupted, chat_request, derive, fmt, long_prompt
+from llm_bench.workloads.depth import DepthSettings, calibrate
 
 
 @dataclass
@@ -60,11 +62,49 @@ class PrefixCacheSettings:
         check_fields(self)
 
 
+# Tokens left free beside the sized prompt: its unique first line (a UUID is some 25 tokens), and the rounding of a
+# character count.
+HEADROOM = 64
+
+
+def prompt_size(engine: Engine, alias: str, protocol: RunParameters, settings: PrefixCacheSettings,
+                record: AliasRecord, log: Log) -> tuple[int, float]:
+    """The prompt's tokens and characters per token: as set, or, where that could overrun the model's context
+    (a tokeniser may take fewer characters per token than set), measured by the server's own count and cut to
+    fit, the cut said on the record. The context is what the server reports (vLLM: max_model_len in /v1/models)."""
+    n_ctx = engine.context_length(alias)
+    if n_ctx is None or 2 * settings.prompt_tokens + settings.max_tokens <= n_ctx:
+        return settings.prompt_tokens, settings.chars_per_token
+    question = chat_request(alias, protocol, "\n\n" + SUMMARY, max_tokens=1, prompt_cache=False)
+    try:
+        cal = calibrate(engine, question, DepthSettings(chars_per_token=settings.chars_per_token))
+    except ServerError as e:
+        raise WorkloadInterrupted(e) from e
+    room = n_ctx - settings.max_tokens - cal.prompt_tokens - HEADROOM
+    if room < 1:
+        raise WorkloadInterrupted(ServerError(
+            f"prefix-cache: the model's context of {n_ctx} tokens leaves no room for a prompt beside "
+            f"{settings.max_tokens} tokens to generate; lower [protocol.prefix-cache] max_tokens"))
+    if settings.prompt_tokens <= room:
+        return settings.prompt_tokens, cal.chars_per_token
+    record.warnings.append(
+        f"prefix-cache prompt cut from {settings.prompt_tokens} to about {room + cal.prompt_tokens} tokens to fit the "
+        f"model's context of {n_ctx} (reported by the server) with {settings.max_tokens} tokens to generate")
+    log(f"  prefix cache: {record.warnings[-1]}")
+    return room, cal.chars_per_token
+
+
 def prefix_cache(engine: Engine, alias: str, protocol: RunParameters, base: AliasRecord, log: Log, keep: Keep) -> None:
     settings = PREFIX_CACHE.settings_in(protocol)
     hit = PrefixCacheHit()
     record = derive(base, workload=PREFIX_CACHE.record_name, cold_load_s=None, part=hit)
-    request = chat_request(alias, protocol, long_prompt(settings.prompt_tokens, settings.chars_per_token),
+    try:
+        tokens, chars_per_token = prompt_size(engine, alias, protocol, settings, record, log)
+    except WorkloadInterrupted as e:
+        record.errors.append(str(e))
+        keep(record)
+        raise
+    request = chat_request(alias, protocol, long_prompt(tokens, chars_per_token),
                            max_tokens=settings.max_tokens, prompt_cache=True)  # caching is what it measures
     cold = run_record(engine.stream(request), engine)
     before = engine.prefix_counters(alias)

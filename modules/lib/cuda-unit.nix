@@ -22,7 +22,10 @@ rec {
   # fails, saying why, unless `llama-server --list-devices` lists a CUDA device. The check runs
   # inside the unit's own sandbox, so a missing driver, a missing /dev/nvidia-uvm or a device
   # the unit may not open all stop the service instead of letting llama.cpp start on the CPU
-  # (`fit = on` would place a 27B model there without a word).
+  # (`fit = on` would place a 27B model there without a word). The two causes a first rebuild
+  # on a real box meets are told apart, each with its fix: the NVIDIA kernel module not loaded
+  # (the machine still runs the kernel it booted before the driver was enabled: reboot once),
+  # and no libcuda.so.1 under /run/opengl-driver/lib (`hardware.graphics.enable` off).
   requireCudaDevice = server: ''
     # `--list-devices` prints "Available devices:" and one "  CUDA0: NAME (... MiB, ...)" line
     # per device, or "  (none)".
@@ -33,9 +36,24 @@ rec {
     fi
     echo "llama-cpp: refusing to start: \`${server} --list-devices\` (exit status $status) shows no CUDA device, so every model would run on the CPU. It printed:" >&2
     printf '%s\n' "$devices" >&2
-    echo "Fix: check that nvidia-smi sees the GPU, that /dev/nvidia-uvm exists (the nvidia_uvm kernel module) and that the unit may open the NVIDIA devices (services.llama-cpp.deviceAllow); for a CPU-only machine set services.llama-cpp.cuda = false (llmBench.cuda = false)." >&2
+    ${causes}
     exit 1
   '';
+
+  # The causes the start checks name (bash, after their own message; shared with vLLM's).
+  causes = ''
+    if [[ ! -e /proc/driver/nvidia/version ]]; then
+      echo "Cause: the NVIDIA kernel module is not loaded (/proc/driver/nvidia/version is missing). Right after the driver is first enabled the machine still runs the kernel it booted without it: ${rebootOnce}" >&2
+    fi
+    if [[ ! -e /run/opengl-driver/lib/libcuda.so.1 ]]; then
+      echo "Cause: /run/opengl-driver/lib/libcuda.so.1 is missing, so CUDA cannot reach the driver: set hardware.graphics.enable = true (a headless machine too; nixpkgs' NVIDIA module does not set it)." >&2
+    fi
+    echo "Fix: ${rebootOnce} Check that hardware.graphics.enable is true, that nvidia-smi sees the GPU, that /dev/nvidia-uvm exists (the nvidia_uvm kernel module) and that the unit may open the NVIDIA devices (deviceAllow); for a CPU-only machine set services.llama-cpp.cuda = false (llmBench.cuda = false)." >&2
+  '';
+
+  # What every text about a first start says.
+  # No backquotes: the start check echoes it inside double quotes.
+  rebootOnce = "reboot once after first enabling the NVIDIA driver (nixos-rebuild switch does not load its kernel module into the running kernel), then run systemctl reset-failed on the unit if it hit its start limit.";
 
   # serviceConfig settings that keep the GPU reachable, with DeviceAllow= set to `devices`.
   gpuAccess = devices: {
@@ -61,7 +79,20 @@ rec {
     who:
     "${who}: a CUDA build needs the NVIDIA driver, and none is configured: set "
     + "`services.xserver.videoDrivers = [ \"nvidia\" ];` (a headless machine too: it selects the "
-    + "driver; or `hardware.nvidia.datacenter.enable = true;` for data-centre GPUs) and "
-    + "`hardware.nvidia.open` for your card; without it llama.cpp finds no GPU and runs every "
-    + "model on the CPU.";
+    + "driver; or `hardware.nvidia.datacenter.enable = true;` for data-centre GPUs), "
+    + "`hardware.nvidia.open` for your card, and keep `hardware.graphics.enable = true` (set by "
+    + "default with a CUDA engine: it puts libcuda.so.1 in /run/opengl-driver/lib); then "
+    + rebootOnce
+    + " Without the driver llama.cpp finds no GPU and runs every model on the CPU.";
+
+  # The message of the assertion that the system installs the driver's user-space libraries
+  # (`hardware.graphics.enable`): nixpkgs' NVIDIA module does not turn it on, and without it
+  # libcuda.so.1 never reaches /run/opengl-driver/lib, where CUDA programs look for it.
+  graphicsMessage =
+    who:
+    "${who}: a CUDA build needs `hardware.graphics.enable = true` (it installs the NVIDIA "
+    + "driver's libcuda.so.1 in /run/opengl-driver/lib, where CUDA looks for it; nixpkgs' NVIDIA "
+    + "module does not set it, and a headless machine needs it too). This module sets it by "
+    + "default; a definition of false overrides that. Then "
+    + rebootOnce;
 }

@@ -6,12 +6,11 @@
 #   nix-instantiate --eval --strict --json \
 #     -E '(import ./tests/nix/eval-module.nix { libPath = ../shared/nixpkgs/lib; }).summary [ ./modules/default.nix ]'
 #
-# As NixOS's module-list does, every evaluation has nixpkgs' llama-cpp module in its module
-# list and modulesPath pointing at nixpkgs' modules, so the `disabledModules` of
-# ../../modules/llama-cpp.nix must really remove it (else its options are declared twice).
-# With `modulesPath` elsewhere, `disabledModules` names no file in the list: the control that
-# shows the evaluation would then fail. nixpkgs' own services.litellm module is in the list too,
-# for ../../modules/fleet.nix, which only sets its options.
+# As NixOS's module-list does, every evaluation has nixpkgs' own llama-cpp module in its module
+# list: ../../modules/llama-cpp.nix extends it (adds options next to nixpkgs' and sets nixpkgs'
+# own), so both must evaluate together, under whichever generation of it the tree has.
+# nixpkgs' own services.litellm module is in the list too, for ../../modules/fleet.nix, which
+# only sets its options.
 {
   libPath,
   nixpkgsRoot ? dirOf libPath,
@@ -163,6 +162,12 @@ let
           default =
             lib.elem "nvidia" config.services.xserver.videoDrivers || config.hardware.nvidia.datacenter.enable;
         };
+        # As nixos/modules/hardware/graphics.nix declares it: off unless set (nixpkgs' NVIDIA
+        # module does not set it), and what puts libcuda.so.1 in /run/opengl-driver/lib.
+        hardware.graphics.enable = mkOption {
+          type = types.bool;
+          default = false;
+        };
         systemd.package = mkOption {
           type = types.package;
           default = pkgs.systemd;
@@ -298,6 +303,7 @@ let
         activeJson = etc."llama-cpp/active.json".text;
       };
       firewall = config.networking.firewall.allowedTCPPorts;
+      graphics = config.hardware.graphics.enable;
       specialisations = builtins.attrNames config.specialisation;
       systemPackages = map (p: p.name) config.environment.systemPackages;
     };

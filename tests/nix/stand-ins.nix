@@ -175,9 +175,12 @@ let
     curl = tool "curl" "8.14.1" // {
       meta.mainProgram = "curl";
     };
+    jq = tool "jq" "1.8.1" // {
+      meta.mainProgram = "jq";
+    };
     litellm = fakeDrv {
       pname = "litellm";
-      version = "1.80.0";
+      version = "1.100.1";
       meta.mainProgram = "litellm";
     };
 
@@ -221,6 +224,15 @@ let
       };
 
     callPackage = callPackageWith pkgs;
+
+    # nixpkgs' vllm (pkgs/development/python-modules/vllm): CUDA only with config.cudaSupport,
+    # and its env.VLLM_TARGET_DEVICE, which a derivation without structured attributes carries
+    # as a top-level attribute, says which build it is.
+    vllm = fakeDrv {
+      pname = "vllm";
+      version = "0.32.0";
+      VLLM_TARGET_DEVICE = if pkgs.config.cudaSupport then "cuda" else "cpu";
+    };
 
     llama-cpp = pkgs.callPackage (nixpkgsRoot + "/pkgs/by-name/ll/llama-cpp/package.nix") { };
 
