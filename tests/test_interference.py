@@ -226,3 +226,15 @@ def test_drift_beyond_noise_is_said_beside_every_verdict_and_noise_is_not() -> N
     for record in result.aliases:
         record.drift = {"alias": "base", "start": [100.0, 101.0, 99.0], "end": [100.5, 99.5, 100.0]}
     assert all(verdict_of(row, baseline).drift is None for row in rows_of([result]))
+
+
+def test_history_makes_no_step_on_a_disturbed_result_and_shows_it_as_a_skip(tmp_path: Path) -> None:
+    from llm_bench.history.points import read_inputs
+    from llm_bench.results import ResultsWriter
+    result = disturbed_set()
+    result.meta |= {"started_at": "2026-12-07T17:00:00+00:00", "protocol": {}}
+    ResultsWriter(tmp_path, result, "llm-bench-20261207-170000-demo")
+    inputs = read_inputs([tmp_path])
+    assert sorted(p.alias for p in inputs.points) == ["base", "fast"]
+    [skip] = inputs.skips
+    assert skip.alias.startswith("busy") and skip.reason.startswith("measured, but disturbed by other processes")
