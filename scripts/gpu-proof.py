@@ -641,7 +641,9 @@ def evaluate(results: dict[str, Any], router_log: str, doctor_output: str, facts
     missing = [a for a in aliases if a not in records]
     checks.append(Check("measured", not missing and all(not records[a].get("errors") for a in aliases),
                         f"missing {missing}" if missing else
-                        "; ".join(f"{a}: {records[a].get('errors') or 'no errors'}" for a in aliases)))
+                        "; ".join(f"{a}: {records[a].get('errors') or 'no errors'}"
+                                  + (f" (not comparable: {records[a].get('not_comparable_reason')})"
+                                     if records[a].get("comparable") is False else "") for a in aliases)))
     cuda = CUDA_FOUND.search(router_log)
     checks.append(Check("cuda-build", cuda is not None,
                         cuda.group(0) if cuda else "the router log never says ggml_cuda_init: found N CUDA devices"))

@@ -275,8 +275,9 @@ def test_the_measure_step_runs_end_to_end_on_the_cpu(llama_server_bin, tmp_path,
     summary = json.loads((out / "gpu-proof.json").read_text())
     checks = {c["name"]: c for c in summary["checks"]}
     for name in ("presets-validate", "measured", "decode-from-server-timings", "vram-before-load",
-                 "fingerprint-from-nvml", "telemetry-power-energy", "roofline-from-nvml"):
+                 "fingerprint-from-nvml", "telemetry-power-energy", "roofline-from-nvml", "nvml-process-listing"):
         assert checks[name]["ok"], checks[name]
+    assert "Nvml.gpu_processes" in checks["nvml-process-listing"]["evidence"]  # llm-bench's own listing too
     for name in ("cuda-build", "layers-on-gpu", "doctor-no-gpu-errors"):
         assert not checks[name]["ok"], checks[name]
     assert "no-gpu" in checks["layers-on-gpu"]["evidence"]
