@@ -152,6 +152,9 @@ class AliasRecord:
     # What else ran in the alias's measured window (llm_bench.interference.window): foreign CPU time on the
     # engine's cores, requests not ours, other GPU processes, clock reasons; ``disturbed`` and by what
     interference: dict[str, Any] | None = None
+    # The run's drift check (``[checks] drift``): its first alias's decode rates at the start and re-measured at
+    # the end (``alias``, ``start``, ``end``), on every record of the run; the report judges them
+    drift: dict[str, Any] | None = None
 
     @property
     def configuration(self) -> str:

@@ -10,6 +10,7 @@ import functools
 import time
 import typing
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -293,6 +294,8 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
                     protocol = protocol.carried(measured)
                     durations.append(time.perf_counter() - t0)
                     log(f"  done in {durations[-1]:.1f} s")
+                if plan.checks.drift and len(aliases) > 1:
+                    check_drift(engine, aliases[0], protocol, gpus, log, writer, plan, target)
             except KeyboardInterrupt as e:  # the alias it was on keeps its finished runs, marked interrupted
                 writer.flush()
                 raise RunInterrupted(writer.path) from e
@@ -301,3 +304,32 @@ def run_plan(plan: Plan, log: Log, nvml: Nvml | None = None, target: str = "",
         engine.close()
     return writer
 
+
+def check_drift(engine: Engine, alias: str, protocol: Protocol, gpus: Nvml, log: Log, writer: ResultsWriter,
+                plan: Plan, target: str = "") -> None:
+    """``[checks] drift``: the run's first alias measured again (standard workload) after the last one; its decode
+    rates at the start and at the end go on every record of the run, where the report judges them."""
+    first = next((r for r in writer.result_set.aliases if r.alias == alias and r.workload == STANDARD.name
+                  and r.runs), None)
+    if first is None:
+        return
+    log(f"Drift check: {alias} measured again")
+    again: list[AliasRecord] = []
+    window = AliasWindow(engine, alias, gpus, plan.url, plan.checks.interference_limits(),
+                         plan.checks.engine_container, log)
+    try:
+        measure_alias(engine, alias, replace(protocol, workloads=(STANDARD.name,)), gpus, log, again.append,
+                      target=target or plan.label, window=window)
+    except AliasUnreachable as e:
+        log(f"  drift check failed: {e}")
+        return
+    window.apply(again)
+    end = next((r for r in again if r.runs and not r.errors), None)
+    drift: dict[str, object] = {"alias": alias, "start": [r.decode_tps for r in first.runs if r.decode_tps],
+                                "end": [] if end is None else [r.decode_tps for r in end.runs if r.decode_tps]}
+    if end is not None and not end.comparable:
+        drift["end_not_comparable"] = end.not_comparable_reason or "not comparable"
+    writer.result_set.meta["drift"] = drift
+    for record in writer.result_set.aliases:
+        record.drift = drift
+    writer.flush()

@@ -72,7 +72,7 @@ def test_a_process_that_started_inside_the_window_counts_all_its_time_up_to_its_
     assert window.foreign_s == pytest.approx(100 / ticks)
 
 
-def test_slots_and_vllm_counters() -> None:
+def test_llama_cpp_log_and_vllm_counters() -> None:
     log = ("[57645] 0.00.017.876 I slot launch_slot_: id  0 | task 0 | processing task, is_child = 0\n"
            "[57645] 0.00.019.982 I slot      release: id  0 | task 0 | stop processing: n_tokens = 34\n"
            "[57645] 0.00.027.569 I slot launch_slot_: id  1 | task 17 | processing task, is_child = 1\n"
@@ -209,3 +209,32 @@ def test_doctor_lists_what_else_is_on_the_gpu_and_which_will_disturb(engine_tree
     assert "will disturb a benchmark" in gpu[0].evidence
     assert not any(f"pid {engine_pid}," in f.evidence or f"pid {child_pid}," in f.evidence for f in gpu)
     assert any("of the engine's cores" in f.evidence for f in findings)
+
+
+def test_drift_beyond_noise_is_said_beside_every_verdict_and_noise_is_not() -> None:
+    result = disturbed_set()
+    slowed = {"alias": "base", "start": [100.0, 101.0, 99.0], "end": [60.0, 61.0, 59.0]}
+    for record in result.aliases:
+        record.drift = slowed
+    rows = rows_of([result])
+    baseline = find_baseline(rows, "base")
+    assert baseline is not None
+    for row in rows:
+        v = verdict_of(row, baseline)
+        assert v.drift is not None and v.drift.startswith("the machine drifted during this run: base measured again "
+                                                          "at its end was slower than at its start (0.60x"), v
+    for record in result.aliases:
+        record.drift = {"alias": "base", "start": [100.0, 101.0, 99.0], "end": [100.5, 99.5, 100.0]}
+    assert all(verdict_of(row, baseline).drift is None for row in rows_of([result]))
+
+
+def test_history_makes_no_step_on_a_disturbed_result_and_shows_it_as_a_skip(tmp_path: Path) -> None:
+    from llm_bench.history.points import read_inputs
+    from llm_bench.results import ResultsWriter
+    result = disturbed_set()
+    result.meta |= {"started_at": "2026-12-07T17:00:00+00:00", "protocol": {}}
+    ResultsWriter(tmp_path, result, "llm-bench-20261207-170000-demo")
+    inputs = read_inputs([tmp_path])
+    assert sorted(p.alias for p in inputs.points) == ["base", "fast"]
+    [skip] = inputs.skips
+    assert skip.alias.startswith("busy") and skip.reason.startswith("measured, but disturbed by other processes")

@@ -35,7 +35,7 @@ def check_busy(seen: Interference | None, limits: Limits | None = None) -> list[
         cores = ",".join(map(str, cpu.cores))
         text = (f"other processes took {cpu.share:.0%} of the engine's cores ({cores}) over {cpu.window_s:.1f} s: "
                 f"{named}" + (f"; {cpu.steal_s:.2f} s stolen by the host for another VM" if cpu.steal_s else ""))
-        if cpu.share > limits.foreign_cpu_max:
+        if cpu.share > limits.foreign_cpu_max:  # over half a second: the share alone (the CPU-seconds floor is a run's)
             findings.append(Finding(CHECK, WARNING, text + f" (above the {limits.foreign_cpu_max:.0%} a run allows: "
                                     "an alias measured now would be marked disturbed)",
                                     "stop or pause them (or pin them to other cores) before measuring"))

@@ -25,13 +25,17 @@ class Checks:
     # Interference during an alias's measured runs (llm_bench.interference.window; docs/protocol.md): the share
     # of the engine's cores' time other processes may take, the requests not ours the server may answer, and a
     # foreign process's share of a GPU's SMs, in percent; above any of them the alias is disturbed
-    foreign_cpu_max: float = field(default=0.10, metadata={"min": 0.0, "max": 1.0})
+    foreign_cpu_max: float = field(default=0.20, metadata={"min": 0.0, "max": 1.0})
+    foreign_cpu_min_s: float = field(default=0.5, metadata={"min": 0.0})  # and at least this many CPU-seconds
     foreign_requests_max: int = field(default=0, metadata={"min": 0})
     foreign_gpu_max_pct: float = field(default=5.0, metadata={"min": 0.0, "max": 100.0})
+    # re-measure the run's first alias (standard workload) after the last, so that a machine that slowed down
+    # (or sped up) during the run is told from a slower preset: one alias's load and runs more per run
+    drift: bool = False
     engine_container: str | None = None  # the engine runs in this docker/podman container (its processes are its own)
 
     def __post_init__(self) -> None:
         check_fields(self)
 
     def interference_limits(self) -> Limits:
-        return Limits(self.foreign_cpu_max, self.foreign_requests_max, self.foreign_gpu_max_pct)
+        return Limits(self.foreign_cpu_max, self.foreign_requests_max, self.foreign_gpu_max_pct, self.foreign_cpu_min_s)

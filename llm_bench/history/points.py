@@ -20,6 +20,7 @@ from typing import Any
 
 from llm_bench.fingerprint import fingerprint_facts, is_available
 from llm_bench.gpu.roofline import model_bytes
+from llm_bench.interference.window import disturbance
 from llm_bench.preset_args import parse_args
 from llm_bench.results import (
     FORMAT,
@@ -262,6 +263,10 @@ def points_of(path: Path, data: dict[str, Any], into: Inputs) -> None:
         if record.errors or not record.runs:
             into.ignored.append(f"{path}: {record_name(record)} not followed (it failed: "
                                 f"{'; '.join(record.errors) or 'no run measured'})")
+            continue
+        disturbed = disturbance(record)
+        if disturbed is not None:  # something else ran in its window: no step, pick or alert is made on it
+            into.skips.append(Skip(path, when, record_name(record), f"measured, but {disturbed}"))
             continue
         # the specialisation is shown where the label does not already say it (sweep targets are named after it)
         name = record_name(record) + (f" on {specialisation}" if specialisation and specialisation != record.target

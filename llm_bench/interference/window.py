@@ -2,8 +2,9 @@
 
 The limits (``[checks]`` in a plan; docs/protocol.md, "What a run watches"):
 
-- ``foreign_cpu_max`` (default 0.10): the share of the engine's cores' time that other processes may take
+- ``foreign_cpu_max`` (default 0.20): the share of the engine's cores' time that other processes may take
   in the window (``cpu.CpuWindow.share``); one process spinning on one of the engine's two cores is 0.5;
+  ``foreign_cpu_min_s`` (default 0.5): and the CPU-seconds they must reach for it to count;
 - ``foreign_requests_max`` (default 0): requests the server answered in the window that were not ours;
 - ``foreign_gpu_max_pct`` (default 5): a foreign process's mean share of a GPU's SMs (``gpu.py``).
 
@@ -23,9 +24,12 @@ DISTURBED = "disturbed by"
 
 @dataclass(frozen=True)
 class Limits:
-    foreign_cpu_max: float = 0.10
+    foreign_cpu_max: float = 0.20
     foreign_requests_max: int = 0
     foreign_gpu_max_pct: float = 5.0
+    # and at least this many foreign CPU-seconds: in a window of a fraction of a second a few 10 ms clock ticks
+    # (or a host's steal) make any share, and are too little to move a measurement
+    foreign_cpu_min_s: float = 0.5
 
 
 @dataclass
@@ -41,7 +45,8 @@ class Interference:
 
     def disturbed_by(self, limits: Limits) -> list[str]:
         out = []
-        if self.cpu is not None and self.cpu.share > limits.foreign_cpu_max:
+        if (self.cpu is not None and self.cpu.share > limits.foreign_cpu_max
+                and self.cpu.foreign_s >= limits.foreign_cpu_min_s):
             named = ", ".join(f"{p.name} (pid {p.pid}, {p.cpu_s:.1f} CPU-s)" for p in self.cpu.processes[:3])
             steal = f", {self.cpu.steal_s:.1f} s stolen by the host for another VM" if self.cpu.steal_s >= 0.05 else ""
             cores = ",".join(map(str, self.cpu.cores))

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from llm_bench.interference.window import disturbance
 from llm_bench.preset_args import preset_facts
 from llm_bench.report.backends import split_by_backend
-from llm_bench.report.verdict import Verdict, verdict
+from llm_bench.report.verdict import FASTER, SLOWER, Verdict, verdict
 from llm_bench.results import AliasRecord, ResultSet, load_results
 from llm_bench.tables import Row
 from llm_bench.workloads import PARTS, REGISTRY
@@ -113,12 +114,28 @@ def verdict_of(row: Row, baseline: Row, min_effect: float | None = None) -> Verd
     not comparable keeps its figures but is called so, and the baseline is called the baseline."""
     kwargs = {} if min_effect is None else {"min_effect": min_effect}
     v = verdict(row.decode_values(), baseline.decode_values(), **kwargs)
+    drift = drift_note(row.record) or drift_note(baseline.record)
     if row is baseline or row.configuration == baseline.configuration:
-        return Verdict(BASELINE, 1.0, None, None, None, v.n_candidate, v.n_baseline)
+        return Verdict(BASELINE, 1.0, None, None, None, v.n_candidate, v.n_baseline, drift=drift)
     if row.record.errors or not row.record.comparable or not baseline.record.comparable:
         return Verdict(NOT_COMPARABLE, v.ratio, v.low, v.high, v.confidence, v.n_candidate, v.n_baseline,
-                       reason=disturbed_reason(row, baseline))
-    return v
+                       reason=disturbed_reason(row, baseline), drift=drift)
+    return replace(v, drift=drift)
+
+
+def drift_note(record: AliasRecord) -> str | None:
+    """What the run's drift check says when its first alias's decode rates at the end disagree with its start beyond
+    noise (the same verdict as between two configurations), or when the end could not be measured cleanly."""
+    drift = record.drift
+    if not drift:
+        return None
+    if drift.get("end_not_comparable"):
+        return f"drift unknown: {drift['alias']} re-measured at the end was {drift['end_not_comparable']}"
+    v = verdict(drift.get("end", []), drift.get("start", []))
+    if v.kind not in (FASTER, SLOWER):
+        return None
+    return (f"the machine drifted during this run: {drift['alias']} measured again at its end was {v.kind} than at "
+            f"its start ({v.ratio:.2f}x, {v.low:.2f}-{v.high:.2f} at {v.confidence:.0%})")
 
 
 def disturbed_reason(row: Row, baseline: Row) -> str | None:

@@ -76,6 +76,10 @@ def _versus(row: Row, ctx: Context) -> Cell:
 def verdict_text(v: Verdict | None) -> str:
     if v is None:
         return "-"
+    return _verdict_words(v) + (f"; {v.drift}" if v.drift else "")
+
+
+def _verdict_words(v: Verdict) -> str:
     if v.kind == BASELINE:
         return BASELINE
     if v.reason is not None:

@@ -62,8 +62,14 @@ class Verdict:
     n_baseline: int
     # why no verdict is given on these runs ("disturbed by ..."); a verdict with one is never faster or slower
     reason: str | None = None
+    # the run's machine drifted (its first alias re-measured at the end disagreed with its start): said beside
+    # every verdict of that run
+    drift: str | None = None
 
     def describe(self) -> str:
+        return self._describe() + (f"; {self.drift}" if self.drift else "")
+
+    def _describe(self) -> str:
         if self.reason is not None:
             return f"{self.kind}: {self.reason}"
         if self.ratio is None:

@@ -33,6 +33,8 @@ from llm_bench.engines import LlamaCppEngine, open_engine
 from llm_bench.engines.errors import ServerError
 from llm_bench.gpu.nvml import Nvml
 from llm_bench.gpu.telemetry import sampling
+from llm_bench.interference.watch import AliasWindow
+from llm_bench.interference.window import Limits, disturbance
 from llm_bench.plan import Protocol
 from llm_bench.provenance import provenance, server_build
 from llm_bench.quality.paired import PairedVerdict
@@ -281,7 +283,12 @@ class Tuner:
         try:
             with sampling(self.gpus):
                 records: list[AliasRecord] = []  # written by the caller once the candidate is whole
-                measure_alias(self.engine, entry.name, protocol, self.gpus, self.log, records.append, target=target)
+                # what else ran in the window (llm_bench.interference): a disturbed record is never picked or rejected
+                window = AliasWindow(self.engine, entry.name, self.gpus, self.served.url, Limits(), None, self.log,
+                                     self._router_log)
+                measure_alias(self.engine, entry.name, protocol, self.gpus, self.log, records.append, target=target,
+                              window=window)
+                window.apply(records)
         except AliasUnreachable as e:
             # what this candidate measured before is not written: a resumed tune measures it again whole
             raise RunAborted(f"the router serving the candidates went away while {entry.name} was measured: {e}; "
@@ -294,6 +301,13 @@ class Tuner:
             if lines:
                 failed[0].errors.append("server log: " + " | ".join(lines))
         return records
+
+    def _router_log(self) -> str | None:
+        """The whole log of the router we started (its requests are counted from it); None for a --url router."""
+        process = self.served.process
+        if process is None or not process.log_path.exists():
+            return None
+        return process.log_path.read_text(errors="replace")
 
     def screen(self) -> None:
         protocol = replace(self.plan.protocol, runs=1, max_tokens=self.plan.screen_max_tokens,
@@ -322,6 +336,9 @@ class Tuner:
         if record is not None and (record.errors or not record.runs):
             entry.invalid = "; ".join(record.errors) or "no run measured"
             self.log(f"  INVALID: {entry.invalid}")
+        elif record is not None and disturbance(record) is not None:
+            entry.invalid = f"not judged: {disturbance(record)}"
+            self.log(f"  NOT JUDGED: {entry.invalid}")
 
     def choose_finalists(self) -> list[Entry]:
         valid = [e for e in self.entries[1:] if e.screen is not None and not e.invalid and e.screen_speed()]
@@ -359,6 +376,8 @@ class Tuner:
                 entry.full.warnings.extend(w for w in record.warnings if w not in entry.full.warnings)
                 entry.full.comparable = entry.full.comparable and record.comparable
                 entry.full.not_comparable_reason = entry.full.not_comparable_reason or record.not_comparable_reason
+                if disturbance(record) is not None:  # one disturbed round leaves the whole not judged
+                    entry.full.interference = record.interference
                 self.writer.flush()
         failed = [e for r in records for e in r.errors]
         if failed:
@@ -372,6 +391,8 @@ class Tuner:
         entry.rejected = "; ".join(gate_reasons(q, self.plan.quality)) or None
 
     def eligible(self, entry: Entry) -> bool:
+        if entry.full is not None and disturbance(entry.full) is not None:
+            return False  # measured while something else ran: neither picked nor compared with
         if entry.control:
             return bool(entry.full_runs())
         return (entry.quality is not None and not entry.rejected and not entry.dropped
