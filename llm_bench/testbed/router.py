@@ -39,10 +39,16 @@ class ServerProcess:
         return self.log_path.read_text(errors="replace")
 
     def stop(self, timeout: float = 15.0) -> None:
-        """SIGTERM the process group, so what the server spawned (model instances, workers) goes too."""
+        """SIGTERM the process group, so what the server spawned (model instances, workers) goes too. A leader
+        that already died (a test killed it) leaves its group behind: vLLM's engine core and worker (3 GB each)
+        outlived a killed api_server, so the group is killed then too."""
+        pgid = self.process.pid  # start_new_session: the leader's pid is the group's id
         if self.process.poll() is not None:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             return
-        pgid = os.getpgid(self.process.pid)
         os.killpg(pgid, signal.SIGTERM)
         try:
             self.process.wait(timeout)
