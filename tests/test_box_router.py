@@ -235,8 +235,9 @@ def test_log_colors_is_not_the_configuration(box: Box, run: tuple[dict, str]) ->
     assert "--log-colors" not in config_args(args)
 
 
-def test_instance_lines_are_read_whatever_the_port_width(box: Box) -> None:
-    """The router prints "[%5d] " before an instance's lines (server-models.cpp): "[ 8080] " below 10000."""
+def test_instance_lines_are_read_whatever_the_port_width(box: Box, run: tuple[dict, str]) -> None:
+    """The router prints "[%5d] " before an instance's lines (server-models.cpp): "[ 8080] " below 10000. The
+    module's run loaded tiny-plain, so its instance has lines in the log whatever order the tests run in."""
     log = box.router.log()
     wide = instance_lines(log)
     assert "tiny-plain" in wide
