@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import dataclasses
-import hashlib
 import json
 import os
 import re
@@ -41,6 +40,7 @@ from llm_bench.testbed.llama_server import (  # noqa: E402 - after the path abov
     SDIST_PACKAGE,
     SDIST_SHA256,
     SDIST_VERSION,
+    sha256_of,
 )
 
 PACK = REPO / ".gpu-proof"  # ignored; carried to the GPU machine (the device call's `carry`)
@@ -243,14 +243,6 @@ def cuda_cmake_flags(arch: str) -> list[str]:
     if not re.fullmatch(r"\d+[af]?(;\d+[af]?)*", arch):
         raise ProofError(f"--arch {arch!r} is not a CUDA architecture list such as 90 or 86;90")
     return [*CMAKE_FLAGS, *CUDA_FLAGS, f"-DCMAKE_CUDA_ARCHITECTURES={arch}"]
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def pinned_source(sdist: Path, work: Path, log: Callable[[str], None]) -> Path:
