@@ -110,9 +110,20 @@ def two_runs(slots_bed, calibrated) -> tuple[dict, dict, str, int]:
     tokens, objective = calibrated
     results = []
     for n, aliases in ((1, "p2,p1"), (2, "p2")):
-        out = folder / f"run{n}"
-        result = CliRunner().invoke(main, capacity_args(router.url, folder, out, "--alias", aliases, "--no-unload",
-                                                        objective=objective, max_tokens=tokens))
+        # A level the client could not drive faithfully is refused (its lag over 1 % of the TTFT objective, 12 ms
+        # here), which is the machine, not what these tests check: in two of three whole-suite runs one level's
+        # p99 of 2 requests came out at 13-25 ms, while the module alone stays under it. Such a run is made
+        # again, after p2 is unloaded so that its counters cover only the kept run's requests.
+        for attempt in range(3):
+            out = folder / f"run{n}-{attempt}"
+            result = CliRunner().invoke(main, capacity_args(router.url, folder, out, "--alias", aliases, "--no-unload",
+                                                            objective=objective, max_tokens=tokens))
+            if result.exit_code == OK or "cannot drive that load faithfully" not in result.output:
+                break
+            httpx.post(f"{router.url}/models/unload", json={"model": "p2"}, timeout=60)
+            poll_until(lambda: next((m["status"]["value"] == "unloaded" for m in
+                                     httpx.get(f"{router.url}/models", timeout=30).json()["data"]
+                                     if m["id"] == "p2"), False) or None, timeout=60, interval=0.05)
         assert result.exit_code == OK, result.output
         results.append(load(out))
     metrics = httpx.get(f"{router.url}/metrics", params={"model": "p2", "autoload": "false"}, timeout=30)
