@@ -164,26 +164,27 @@ def test_cublas_from_a_wheel_and_the_driver_library_are_found(tmp_path):
     assert found.runtime_dirs == (str(wheel / "lib"),)
 
 
-def test_without_a_driver_library_the_build_needs_none(tmp_path):
-    """No libcuda anywhere (the driver's folder not where it is looked for): ggml-cuda without its VMM pool,
-    the one part that links the driver library."""
-    toolkit = tmp_path / "cuda"
+def toolkit_with_cublas(root):
+    """A CUDA toolkit's folder layout holding cuBLAS's header and libraries (empty files: no toolkit here)."""
+    toolkit = root / "cuda"
     (toolkit / "include").mkdir(parents=True)
     (toolkit / "lib64").mkdir()
     (toolkit / "include" / "cublas_v2.h").write_text("")
     for name in ("libcublas.so", "libcublasLt.so"):
         (toolkit / "lib64" / name).write_bytes(b"")
+    return toolkit
+
+
+def test_without_a_driver_library_the_build_needs_none(tmp_path):
+    """No libcuda anywhere (the driver's folder not where it is looked for): ggml-cuda without its VMM pool,
+    the one part that links the driver library."""
+    toolkit = toolkit_with_cublas(tmp_path)
     found = proof.find_cuda_libraries(tmp_path / "links", toolkit_roots=[toolkit], driver_dirs=[tmp_path / "none"])
     assert found.cmake_flags == ("-DGGML_CUDA_NO_VMM=ON",)
 
 
 def test_a_toolkit_with_cublas_needs_nothing_more(tmp_path):
-    toolkit = tmp_path / "cuda"
-    (toolkit / "include").mkdir(parents=True)
-    (toolkit / "lib64").mkdir()
-    (toolkit / "include" / "cublas_v2.h").write_text("")
-    for name in ("libcublas.so", "libcublasLt.so"):
-        (toolkit / "lib64" / name).write_bytes(b"")
+    toolkit = toolkit_with_cublas(tmp_path)
     driver = tmp_path / "driver"
     driver.mkdir()
     (driver / "libcuda.so").write_bytes(b"")
